@@ -1,0 +1,30 @@
+# AIPerf: `make demo` runs a short benchmark and submits it to a local list; `make test` runs the tests.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv install demo test bench lint clean
+
+$(STAMP): requirements.txt requirements-dev.txt runner/pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e 'runner[train,slurm]' -r requirements.txt -r requirements-dev.txt
+	touch $@
+
+venv install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) runs var .pytest_cache

@@ -1,0 +1,1 @@
+"""Architecture search (network morphism + Bayesian optimisation) and hyper-parameter search (TPE)."""

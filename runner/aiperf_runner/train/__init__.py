@@ -1,0 +1,1 @@
+"""Training side of the runner: graph -> torch module, datasets, the trial loop. Needs torch."""
