@@ -1,0 +1,112 @@
+"""The one interface every backend implements: run a trial command on a slot, poll it, cancel it.
+
+Backends are found through the entry-point group `aiperf_runner.backends`, so a site can add its
+own (PBS, LSF, Kubernetes) in a separate package without forking the runner.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+ENTRY_POINT_GROUP = "aiperf_runner.backends"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The unit a trial occupies: one or more nodes and the devices on them."""
+
+    index: int
+    nodes: tuple[str, ...] = ("localhost",)
+    devices_per_node: int = 1
+    device_type: str = "cpu"  # "cpu" or "cuda"
+    device_ids: tuple[int, ...] = ()  # local backend: which CUDA devices (CUDA_VISIBLE_DEVICES)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.nodes) * self.devices_per_node
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run for one attempt of one trial.
+
+    `argv` is the trial program (normally `python -m aiperf_runner.train.trial TRIAL_DIR ...`);
+    the backend decides how to start it on the slot's nodes with `world_size` processes
+    (torchrun / srun) and sends stdout and stderr to the given files.
+    """
+
+    trial_id: str
+    attempt: int
+    argv: tuple[str, ...]
+    trial_dir: Path
+    stdout: Path
+    stderr: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class TrialHandle(abc.ABC):
+    """A launched attempt."""
+
+    spec: LaunchSpec
+    slot: Slot
+
+    @abc.abstractmethod
+    def poll(self) -> int | None:
+        """Exit status once finished (0 = success), or None while running."""
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop the attempt (idempotent); poll() then returns a non-zero status."""
+
+    def describe_failure(self) -> str:
+        """A short reason for a non-zero exit (e.g. 'cancelled by scancel', 'node failure')."""
+        return ""
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.slot.nodes)
+
+
+class Backend(abc.ABC):
+    """Where trials run. Subclasses take their options as keyword arguments."""
+
+    name: str = "abstract"
+
+    def __init__(self, run_dir: Path, **options: Any) -> None:
+        self.run_dir = Path(run_dir)
+        self.options = options
+
+    @abc.abstractmethod
+    def slots(self) -> list[Slot]:
+        """The slots available to this run (concurrency = len(slots()))."""
+
+    @abc.abstractmethod
+    def launch(self, spec: LaunchSpec, slot: Slot) -> TrialHandle:
+        """Start one attempt on a free slot and return at once."""
+
+    def system_facts(self) -> dict[str, Any]:
+        """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
+        return {}
+
+    def shutdown(self) -> None:
+        """Cancel everything still running; leave nothing of the run behind (queue, processes)."""
+
+
+def available_backends() -> dict[str, Any]:
+    """name -> entry point of every installed backend."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_backend(name: str) -> type[Backend]:
+    eps = available_backends()
+    if name not in eps:
+        known = ", ".join(sorted(eps)) or "none"
+        raise ValueError(f"unknown backend {name!r} (installed: {known})")
+    cls = eps[name].load()
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise TypeError(f"backend {name!r} ({eps[name].value}) is not a Backend subclass")
+    return cls
