@@ -1,0 +1,1 @@
+"""The AIPerf service\x27s Django project."""

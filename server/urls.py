@@ -1,0 +1,3 @@
+"""URL configuration."""
+
+urlpatterns: list = []
