@@ -127,3 +127,17 @@ def test_invalid_graph_rejected() -> None:
         flops_per_image(g, rules="v1-compat")
     with pytest.raises(ValueError, match="rules"):
         flops_per_image(random_graph(0), rules="v3")
+
+
+@pytest.mark.parametrize("t,params", [
+    ("maxpool2d", {"kernel_size": 2, "stride": 0, "padding": 0}),
+    ("avgpool2d", {"kernel_size": 0, "stride": 1, "padding": 0}),
+    ("conv2d", {"in_channels": 3, "filters": 2, "kernel_size": 1, "stride": 1, "padding": -1}),
+])
+def test_bad_parameters_are_graph_errors(t: str, params: dict) -> None:
+    """Zero strides/kernels and negative padding: a GraphError naming the layer, never a crash."""
+    from aiperf_runner.spec.graph import Layer
+    g = Graph([(3, 4, 4), (3, 4, 4)], [Layer(t, (0,), 1, params)])
+    for rules in ("v1-compat", "v2"):
+        with pytest.raises(GraphError, match=f"layer 0 .{t}."):
+            flops_per_image(g, rules=rules)

@@ -89,6 +89,8 @@ def infer_shape(layer: Layer, in_shapes: Sequence[Shape], where: str = "layer") 
         for k in ("filters", "kernel_size", "stride"):
             if int(p[k]) < 1:
                 raise GraphError(f"{where} (conv2d): {k} must be >= 1")
+        if int(p["padding"]) < 0:
+            raise GraphError(f"{where} (conv2d): padding must be >= 0")
         h = _pooled(x[1], p["kernel_size"], p["stride"], p["padding"])
         w = _pooled(x[2], p["kernel_size"], p["stride"], p["padding"])
         if h < 1 or w < 1:
@@ -99,6 +101,8 @@ def infer_shape(layer: Layer, in_shapes: Sequence[Shape], where: str = "layer") 
             raise GraphError(f"{where} (dense): needs a flat input, got {list(x)}")
         if p["in_units"] != x[0]:
             raise GraphError(f"{where} (dense): in_units {p['in_units']} but input has {x[0]} units")
+        if int(p["units"]) < 1:
+            raise GraphError(f"{where} (dense): units must be >= 1")
         return (int(p["units"]),)
     if t == "batchnorm2d":
         need_image()
@@ -107,6 +111,11 @@ def infer_shape(layer: Layer, in_shapes: Sequence[Shape], where: str = "layer") 
         return x
     if t in ("maxpool2d", "avgpool2d"):
         need_image()
+        for k in ("kernel_size", "stride"):
+            if int(p[k]) < 1:
+                raise GraphError(f"{where} ({t}): {k} must be >= 1")
+        if int(p["padding"]) < 0:
+            raise GraphError(f"{where} ({t}): padding must be >= 0")
         if p["padding"] * 2 > p["kernel_size"]:
             raise GraphError(f"{where} ({t}): padding must be at most half the kernel size")
         h = _pooled(x[1], p["kernel_size"], p["stride"], p["padding"])
@@ -337,7 +346,7 @@ def from_reference(data: Mapping[str, Any]) -> Graph:
         if t == "dense" and len(args) >= 2:
             params = {"in_units": int(args[0]), "units": int(args[1])}
         else:
-            params = {k: (float(v) if k == "rate" else int(v)) for k, v in zip(names, args)}
+            params = {k: (float(v) if k == "rate" else int(v)) for k, v in zip(names, args, strict=False)}
         if t in ("maxpool2d", "avgpool2d"):
             params = _fit_pool_padding(params, nodes[inputs[0]], nodes[index[int(dst)]])
         layers.append(Layer(t, inputs, index[int(dst)], params))
