@@ -92,8 +92,18 @@ class Backend(abc.ABC):
         """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
         return {}
 
+    def reap_orphan(self, trial_dir: Path) -> str | None:
+        """On resume: stop whatever a killed controller left running for this trial.
+
+        `trial_dir` is `trials/<id>/` of an attempt the log shows started but never ended. A
+        backend records what it needs at launch (the local backend a pid file, SLURM a job id) and
+        here kills or cancels it. Returns a short note of what it did, or None.
+        """
+        return None
+
     def shutdown(self) -> None:
         """Cancel everything still running; leave nothing of the run behind (queue, processes)."""
+        return None
 
 
 def available_backends() -> dict[str, Any]:

@@ -1,0 +1,253 @@
+"""The `local` backend: every slot is a set of subprocesses on this machine.
+
+Each attempt runs in its own process group (session), so cancelling it kills the whole tree (the
+trial program and the DDP workers it spawns). The machine's devices are split between the slots:
+with CUDA, `devices_per_slot` GPUs per slot through CUDA_VISIBLE_DEVICES; on CPU, every slot runs
+`devices_per_slot` processes and each process gets `cores // (slots * devices_per_slot)` threads
+(OMP_NUM_THREADS), so the slots do not fight over the cores.
+
+The process id of every running attempt is written to `trials/<id>/pid` (removed when the attempt
+ends), so that a controller resuming after a crash can kill what its predecessor left running
+(`reap_orphan`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
+
+PID_FILE = "pid"
+CANCEL_GRACE_S = 2.0
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cuda_device_count() -> int:
+    """Visible CUDA devices, without importing torch when there is plainly no GPU."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()):
+        return 0
+    try:
+        import torch
+    except ImportError:
+        return 0
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a broken driver means no usable GPU
+        return 0
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of a process, or None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2:].split()
+    try:
+        return fields[0], int(fields[19])  # fields 3 and 22 overall
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_start_time(pid: int) -> int | None:
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _alive(pid: int, start_time: int | None) -> bool:
+    """The process with this pid and start time exists and is not a zombie."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] != "Z" and (start_time is None or stat[1] == start_time)
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    return _kill_group(pgid, 0)
+
+
+def describe_returncode(rc: int) -> str:
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        hint = " (out of memory?)" if rc == -signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit status {rc}"
+
+
+class LocalHandle(TrialHandle):
+    def __init__(self, spec: LaunchSpec, slot: Slot, proc: subprocess.Popen[bytes], pid_file: Path) -> None:
+        self.spec = spec
+        self.slot = slot
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session: the leader's pid is the group id
+        self._pid_file = pid_file
+        self._cancelled = False
+        self._returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _finish(self, rc: int) -> int:
+        # Whatever the leader left behind (DDP workers of a crashed trial) goes with it.
+        _kill_group(self.pgid, signal.SIGKILL)
+        try:
+            self._pid_file.unlink()
+        except FileNotFoundError:
+            pass
+        if self._cancelled and rc == 0:
+            rc = -signal.SIGTERM  # cancelled: never report success
+        self._returncode = rc
+        return rc
+
+    def poll(self) -> int | None:
+        if self._returncode is not None:
+            return self._returncode
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        return self._finish(rc)
+
+    def cancel(self) -> None:
+        if self._returncode is not None:
+            return
+        self._cancelled = True
+        _kill_group(self.pgid, signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=CANCEL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.pgid, signal.SIGKILL)
+            rc = self.proc.wait()
+        self._finish(rc)
+
+    def describe_failure(self) -> str:
+        if self._returncode is None:
+            return ""
+        if self._cancelled:
+            return "cancelled"
+        return describe_returncode(self._returncode)
+
+
+class LocalBackend(Backend):
+    """Slots as subprocesses on this machine.
+
+    Options: `slots` (int, default 1), `devices_per_slot` (int, default 1), `device_type`
+    ("cpu"/"cuda", default: cuda when a GPU is visible), `threads_per_process` (default: the
+    cores shared out evenly).
+    """
+
+    name = "local"
+
+    def __init__(self, run_dir: Path, **options: Any) -> None:
+        super().__init__(run_dir, **options)
+        self.n_slots = int(options.get("slots") or 1)
+        self.devices_per_slot = int(options.get("devices_per_slot") or 1)
+        if self.n_slots < 1 or self.devices_per_slot < 1:
+            raise ValueError("slots and devices_per_slot must be at least 1")
+        device_type = options.get("device_type")
+        gpus = cuda_device_count() if device_type in (None, "cuda") else 0
+        if device_type is None:
+            device_type = "cuda" if gpus else "cpu"
+        self.device_type = device_type
+        if device_type == "cuda":
+            need = self.n_slots * self.devices_per_slot
+            if need > gpus:
+                raise ValueError(f"{self.n_slots} slots x {self.devices_per_slot} devices need {need} GPUs; "
+                                 f"{gpus} visible")
+        self.cores = cpu_count()
+        self.threads = int(options.get("threads_per_process")
+                           or max(1, self.cores // (self.n_slots * self.devices_per_slot)))
+        self._slots = [
+            Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot,
+                 device_type=device_type,
+                 device_ids=tuple(range(i * self.devices_per_slot, (i + 1) * self.devices_per_slot))
+                 if device_type == "cuda" else ())
+            for i in range(self.n_slots)
+        ]
+        self._handles: list[LocalHandle] = []
+
+    def slots(self) -> list[Slot]:
+        return list(self._slots)
+
+    def slot_env(self, slot: Slot) -> dict[str, str]:
+        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        if slot.device_type == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in slot.device_ids)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def launch(self, spec: LaunchSpec, slot: Slot) -> LocalHandle:
+        env = {**os.environ, **self.slot_env(slot), **spec.env}
+        spec.stdout.parent.mkdir(parents=True, exist_ok=True)
+        spec.stderr.parent.mkdir(parents=True, exist_ok=True)
+        spec.trial_dir.mkdir(parents=True, exist_ok=True)
+        with open(spec.stdout, "ab") as out, open(spec.stderr, "ab") as err:
+            proc = subprocess.Popen(list(spec.argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True, close_fds=True)
+        pid_file = spec.trial_dir / PID_FILE
+        record = {"pid": proc.pid, "pgid": proc.pid, "start_time": _proc_start_time(proc.pid),
+                  "attempt": spec.attempt}
+        tmp = pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, pid_file)
+        handle = LocalHandle(spec, slot, proc, pid_file)
+        self._handles = [h for h in self._handles if h.poll() is None]
+        self._handles.append(handle)
+        return handle
+
+    def reap_orphan(self, trial_dir: Path) -> str | None:
+        """Kill the process group a previous controller left running for this trial."""
+        pid_file = Path(trial_dir) / PID_FILE
+        try:
+            record = json.loads(pid_file.read_text())
+            pid, pgid = int(record["pid"]), int(record.get("pgid", record["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        start_time = record.get("start_time")
+        stat = _proc_stat(pid)
+        # A pid now used by another program is left alone. While the group has members, Linux does
+        # not hand its id out again, so a live group whose leader is gone is still ours.
+        ours = (stat is not None and stat[1] == start_time) or (stat is None and _group_alive(pgid))
+        message = None
+        if ours:
+            _kill_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + CANCEL_GRACE_S
+            while _alive(pid, start_time) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _kill_group(pgid, signal.SIGKILL)
+            message = f"killed orphaned process group {pgid}"
+        pid_file.unlink(missing_ok=True)
+        return message
+
+    def system_facts(self) -> dict[str, Any]:
+        return {"nodes": 1}
+
+    def shutdown(self) -> None:
+        for handle in self._handles:
+            handle.cancel()
+        self._handles = []

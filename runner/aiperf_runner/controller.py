@@ -1,0 +1,710 @@
+"""The controller ("master"): owns the search state, keeps every slot busy, writes the run's log.
+
+- **Asynchronous refill**: the moment a slot's attempt ends, the slot gets the next trial (a retry
+  first, else the next ready proposal); there is no generation barrier.
+- **Search beside training**: a background thread (`ProposalBuffer`) asks the architecture search
+  for the next candidates and keeps a few ready, so a slot never waits for the search. Results
+  reach the search through the same thread, each accuracy paired with the architecture hash of the
+  trial that produced it.
+- **Round and budget**: round r = trial sequence number // slots; epoch budget from the preset.
+- **Epochs**: the trial program appends `epoch_end` lines to `trials/<id>/events.jsonl`; the
+  controller copies each new one into the main log as it appears (every `POLL_S`).
+- **Failures**: a non-zero exit or `trial_error` -> `trial_failed` (with the trial's error or the
+  tail of its stderr) and a retry, up to `max_retries`; the retried attempt resumes from the
+  trial's checkpoint. Then the trial is recorded failed and the run goes on.
+- **Stop**: at the duration (counted from the run's original start, also across a resume), on
+  SIGINT/SIGTERM, or when the search has nothing left: running attempts are cancelled
+  (`trial_cancelled`), then `run_finished`.
+- **Resume** (`Controller.resume`): the log is replayed (`RunState`), the writer continues the
+  chain (a line cut short by the crash is dropped), processes the killed controller left are killed
+  (`Backend.reap_orphan`), their uncopied epochs copied, and their attempts recorded as failed
+  ("controller interrupted") and retried; the search and the hyper-parameter optimiser are rebuilt
+  from the proposals and results in the log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner import __version__
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
+from aiperf_runner.presets import Preset, epoch_budget, get_preset
+from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
+from aiperf_runner.spec import SPEC_VERSION
+from aiperf_runner.spec.eventlog import RESERVED, EventWriter
+from aiperf_runner.spec.graph import Graph
+
+POLL_S = 0.1
+TRIAL_MODULE = "aiperf_runner.train.trial"
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+LOCK_FILE = "controller.lock"
+STDERR_TAIL_CHARS = 2000
+
+
+class ControllerError(RuntimeError):
+    """A run that cannot start or resume (bad options, run directory in use or finished...)."""
+
+
+@dataclass
+class RunConfig:
+    """The run's options as resolved; stored in run.json `config` and reused by --resume."""
+
+    preset: str = "smoke"
+    slots: int | None = 1  # None: as many as the backend offers (SLURM: the nodes available)
+    duration_s: float = 300.0
+    backend: str = "local"
+    devices_per_slot: int = 1
+    precision: str = "fp32"
+    data: str | None = None
+    seed: int = 0
+    max_retries: int = 2
+    rules: str = "v2"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    trial_module: str = TRIAL_MODULE
+    epoch_budgets: list[int] = field(default_factory=list)
+    early_stopping_patience: int = 0
+
+    def check(self) -> None:
+        if self.slots is not None and self.slots < 1:
+            raise ControllerError("--slots must be at least 1")
+        if self.devices_per_slot < 1:
+            raise ControllerError("--devices-per-slot must be at least 1")
+        if self.duration_s <= 0:
+            raise ControllerError("--duration must be positive")
+        if self.max_retries < 0:
+            raise ControllerError("--max-retries must be 0 or more")
+        if self.precision not in PRECISIONS:
+            raise ControllerError(f"--precision must be one of {', '.join(PRECISIONS)}")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ---- the trial's own log ------------------------------------------------------------------------------
+
+
+class TrialTail:
+    """Reads the complete lines a trial appends to its `events.jsonl`, from where it left off."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.results: dict[int, dict[str, Any]] = {}  # attempt -> trial_result
+        self.errors: dict[int, str] = {}  # attempt -> trial_error message
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        if size < self.offset:  # the trial's writer dropped a torn line we never read past
+            self.offset = size
+        if size == self.offset:
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read(size - self.offset)
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for raw in chunk[:end].split(b"\n"):
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(line, dict):
+                continue
+            kind = line.get("type")
+            if kind == "trial_result":
+                self.results[int(line.get("attempt") or 0)] = line
+            elif kind == "trial_error":
+                self.errors[int(line.get("attempt") or 0)] = str(line.get("error") or "trial_error")
+            out.append(line)
+        return out
+
+
+# ---- the search, beside training ------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    graph: Graph
+    arch_hash: str
+    parent_hash: str | None
+    morphisms: list[str]
+
+
+class ProposalBuffer:
+    """A thread that keeps `target` candidates ready and feeds results to the search.
+
+    All calls into the search happen on this thread, so the search needs no locking; the controller
+    only puts results in and takes candidates out.
+    """
+
+    def __init__(self, search: Any, target: int) -> None:
+        self.search = search
+        self.target = max(1, target)
+        self._ready: deque[Candidate] = deque()
+        self._results: deque[tuple[str, float]] = deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.error: BaseException | None = None
+        self.exhausted = False
+        self.proposals = 0
+        self.propose_seconds = 0.0
+        self._thread = threading.Thread(target=self._loop, name="proposal-buffer", daemon=True)
+
+    def start(self) -> ProposalBuffer:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self._results and (len(self._ready) >= self.target or self.exhausted):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                results = list(self._results)
+                self._results.clear()
+                want = len(self._ready) < self.target and not self.exhausted
+            try:
+                for arch_hash, acc in results:
+                    self.search.observe(arch_hash, acc)
+                if not want:
+                    continue
+                t = time.perf_counter()
+                proposal = self.search.propose()
+                self.propose_seconds += time.perf_counter() - t
+            except BaseException as exc:  # noqa: BLE001 - handed to the controller
+                with self._cond:
+                    self.error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                if proposal is None:
+                    self.exhausted = True
+                else:
+                    self.proposals += 1
+                    self._ready.append(Candidate(proposal.graph, proposal.arch_hash, proposal.parent_hash,
+                                                 list(proposal.morphisms)))
+                self._cond.notify_all()
+
+    def observe(self, arch_hash: str, accuracy: float) -> None:
+        with self._cond:
+            self._results.append((arch_hash, float(accuracy)))
+            self._cond.notify_all()
+
+    def take(self) -> Candidate | None:
+        with self._cond:
+            if self.error is not None:
+                raise self.error
+            if self._ready:
+                candidate = self._ready.popleft()
+                self._cond.notify_all()
+                return candidate
+            return None
+
+    def wait_ready(self, count: int, timeout: float) -> None:
+        """Block until `count` candidates are ready (or the search is exhausted / failed / timeout)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (len(self._ready) < count and not self.exhausted and self.error is None
+                   and time.monotonic() < deadline):
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    @property
+    def idle_exhausted(self) -> bool:
+        with self._cond:
+            return self.exhausted and not self._ready
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+
+def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
+                history: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+    """The architecture search (seeded with the preset's seed graph) and the hyper-parameter search.
+
+    `history` (on resume): the log's trials in proposal order, each {"trial", "graph", "arch_hash",
+    "parent_hash", "parent", "morphisms", "hparams", "hparam_source", "round", "accuracy" (None
+    unless finished)}; both searches are rebuilt from it.
+    """
+    from aiperf_runner.search.bayesian import ArchitectureSearch
+    from aiperf_runner.search.hparams import HparamSearch
+    from aiperf_runner.search.seeds import seed_for_preset
+
+    seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
+    if not history:
+        return ArchitectureSearch(seed_graph, rng_seed=seed), HparamSearch(preset.name, seed=seed)
+    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed)
+    hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
+    return search, hparams
+
+
+# ---- the controller -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Running:
+    trial: TrialState
+    attempt: int
+    slot: Slot
+    handle: TrialHandle
+
+
+class Controller:
+    """One run. Build it with `Controller.create(...)` or `Controller.resume(...)`, then `run()`."""
+
+    def __init__(self, run_dir: Path, run_json: dict[str, Any], config: RunConfig, backend: Backend,
+                 search: Any, hparams: Any, state: RunState, writer: EventWriter, lock_fh: Any,
+                 progress: Any = None, replayed: list[dict[str, Any]] | None = None) -> None:
+        self.run_dir = run_dir
+        self.run_json = run_json
+        self.config = config
+        self.preset = get_preset(config.preset)
+        self.backend = backend
+        self.hparams = hparams
+        self.state = state
+        self.writer = writer
+        self._lock_fh = lock_fh
+        self.progress = progress
+        self.slots = backend.slots()
+        self.buffer = ProposalBuffer(search, target=max(2, min(len(self.slots), 8)))
+        self.running: dict[int, Running] = {}  # slot index -> attempt
+        self.tails: dict[str, TrialTail] = {}
+        self._stop_reason: str | None = None
+        self._score = _LiveScore(run_dir, config.rules)
+        for event in replayed or ():
+            self._score.feed(event)
+
+    # ---- building -----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, config: RunConfig, run_dir: str | Path, *, peak_overrides: dict[str, float] | None = None, progress: Any = None,
+               search_factory: Callable[..., tuple[Any, Any]] = make_search) -> Controller:
+        from aiperf_runner import sysinfo
+
+        config.check()
+        preset = get_preset(config.preset)
+        if not config.epoch_budgets:
+            config.epoch_budgets = list(preset.epoch_budgets)
+        if not config.early_stopping_patience:
+            config.early_stopping_patience = preset.early_stopping_patience
+        run_dir = Path(run_dir)
+        if (run_dir / "run.json").exists() or (run_dir / "events.jsonl").exists():
+            raise ControllerError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
+                                  "or choose another --out")
+        dataset = preset.dataset(config.data)
+        (run_dir / "trials").mkdir(parents=True, exist_ok=True)
+        lock_fh = _lock(run_dir)
+        try:
+            backend = load_backend(config.backend)(run_dir, slots=config.slots,
+                                                   devices_per_slot=config.devices_per_slot,
+                                                   **config.backend_options)
+            slots = backend.slots()
+            if not slots:
+                raise ControllerError(f"backend {config.backend!r} offers no slot")
+            device_type = slots[0].device_type
+            system = sysinfo.collect(len(slots), slots[0].world_size, device_type, backend.system_facts())
+            system["nodes"] = max(int(system.get("nodes") or 1), len({n for s in slots for n in s.nodes}))
+            peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
+            config.slots = len(slots)
+            run_json = {
+                "run_id": secrets.token_hex(16),
+                "runner_version": __version__,
+                "spec_version": SPEC_VERSION,
+                "rules": config.rules,
+                "preset": config.preset,
+                "precision": config.precision,
+                "seed": config.seed,
+                "created_at": time.time(),
+                "config": asdict(config),
+                "system": system,
+                "declared_peak_flops": peaks,
+                "declared_peak_source": peak_sources,
+                "dataset": dataset,
+            }
+            _write_json(run_dir / "run.json", run_json)
+            search, hparams = search_factory(preset, dataset, config.seed)
+            writer = EventWriter(run_dir / "events.jsonl")
+            self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress)
+        except BaseException:
+            _unlock(lock_fh, run_dir)
+            raise
+        self.buffer.start()
+        # Candidates for the first wave are made before the clock starts: no slot starts idle.
+        self.buffer.wait_ready(min(len(self.slots), self.buffer.target), timeout=120)
+        self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
+                  slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION)
+        return self
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, *, progress: Any = None,
+               search_factory: Callable[..., tuple[Any, Any]] = make_search) -> Controller:
+        run_dir = Path(run_dir)
+        if not (run_dir / "run.json").exists() or not (run_dir / "events.jsonl").exists():
+            raise ControllerError(f"{run_dir} holds no run to resume (run.json and events.jsonl expected)")
+        lock_fh = _lock(run_dir)
+        try:
+            run_json = read_run_json(run_dir)
+            config = RunConfig.from_json(run_json.get("config") or {})
+            writer = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the crash
+            replayed: list[dict[str, Any]] = []
+            state = RunState.load(run_dir, also=replayed.append)
+            if state.started_at is None:
+                raise ControllerError(f"{run_dir}: the log has no run_started event")
+            if state.finished:
+                raise ControllerError(f"{run_dir}: the run already finished ({state.finish_reason}); nothing to resume")
+            preset = get_preset(config.preset)
+            backend = load_backend(config.backend)(run_dir, slots=config.slots,
+                                                   devices_per_slot=config.devices_per_slot,
+                                                   **config.backend_options)
+            search, hparams = search_factory(preset, run_json["dataset"], config.seed, _history(run_dir, state))
+            self = cls(run_dir, run_json, config, backend, search, hparams, state, writer, lock_fh, progress,
+                       replayed)
+        except BaseException:
+            _unlock(lock_fh, run_dir)
+            raise
+        self.buffer.start()
+        self._log("run_resumed", run_id=run_json["run_id"])
+        self._recover_interrupted()
+        return self
+
+    def _recover_interrupted(self) -> None:
+        """Attempts the killed controller left open: kill their processes, copy epochs, close them."""
+        for tr in self.state.waiting():  # launched, perhaps, in the instant before the kill
+            self.backend.reap_orphan(self.run_dir / "trials" / tr.trial)
+        for att in self.state.running():
+            tr = self.state.trials[att.trial]
+            note = self.backend.reap_orphan(self.run_dir / "trials" / tr.trial)
+            if note:
+                self._say(f"{tr.trial}: {note}")
+            tail = self._tail(tr.trial)
+            self._copy_epochs(tr, tail)
+            result = tail.results.get(att.attempt)
+            if result is not None:
+                self._finished(tr, att.attempt, result)
+            else:
+                self._log("trial_failed", trial=tr.trial, attempt=att.attempt, error=INTERRUPTED, retry=True)
+
+    # ---- the loop -------------------------------------------------------------------------------------
+    @property
+    def deadline(self) -> float:
+        assert self.state.started_at is not None
+        return self.state.started_at + self.config.duration_s
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        self._stop_reason = self._stop_reason or reason
+
+    def run(self) -> str:
+        """Run until the duration is over, a stop is requested or the search is exhausted."""
+        reason = "stopped"
+        try:
+            while True:
+                if self._stop_reason is not None:
+                    reason = self._stop_reason
+                    break
+                if time.time() >= self.deadline:
+                    reason = "duration"
+                    break
+                self._check_running()
+                self._fill_slots()
+                if not self.running and not self.state.waiting() and self.buffer.idle_exhausted:
+                    reason = "exhausted"
+                    break
+                self._report_progress()
+                time.sleep(POLL_S)
+        except BaseException as exc:
+            # A failure of the controller itself: stop cleanly, keep the log valid, then re-raise.
+            try:
+                self._finish("stopped", error=f"{type(exc).__name__}: {exc}")
+            except Exception:  # noqa: BLE001 - the original failure is the one to report
+                pass
+            raise
+        self._finish(reason)
+        return reason
+
+    def _check_running(self) -> None:
+        for slot_index, run in list(self.running.items()):
+            tail = self._tail(run.trial.trial)
+            self._copy_epochs(run.trial, tail)
+            rc = run.handle.poll()
+            if rc is None:
+                continue
+            del self.running[slot_index]
+            self._copy_epochs(run.trial, tail)
+            result = tail.results.get(run.attempt)
+            if rc == 0 and result is not None:
+                self._finished(run.trial, run.attempt, result)
+                continue
+            error = tail.errors.get(run.attempt) or self._failure_text(run, rc)
+            self._failed(run.trial, run.attempt, error)
+
+    def _failure_text(self, run: Running, rc: int) -> str:
+        why = run.handle.describe_failure() or f"exit status {rc}"
+        if rc == 0:
+            why = "the trial program exited without writing its result"
+        try:
+            text = run.handle.spec.stderr.read_text(errors="replace")
+        except OSError:
+            text = ""
+        tail = text[-STDERR_TAIL_CHARS:].strip()
+        return f"{why}: {tail}" if tail else why
+
+    def _finished(self, tr: TrialState, attempt: int, result: dict[str, Any]) -> None:
+        best = result.get("best_accuracy")
+        epoch_best = tr.epoch_best
+        if best is None or (epoch_best is not None and epoch_best > best):
+            best = epoch_best
+        best = float(best) if best is not None else 0.0
+        self._log("trial_finished", trial=tr.trial, attempt=attempt, epochs=int(result.get("epochs") or len(tr.epochs)),
+                  best_accuracy=best, reason=result.get("reason") or "budget")
+        # Each accuracy goes with the architecture and hyper-parameters of the trial that produced it.
+        self.buffer.observe(tr.arch_hash, best)
+        self.hparams.tell(tr.trial, best)
+        self._say(f"{tr.trial} finished: best accuracy {best:.4f} after {len(tr.epochs)} epochs")
+
+    def _failed(self, tr: TrialState, attempt: int, error: str) -> None:
+        retry = tr.failures < self.config.max_retries  # failures so far, before this one
+        self._log("trial_failed", trial=tr.trial, attempt=attempt, error=error, retry=retry)
+        if not retry:
+            self.hparams.tell(tr.trial, None)  # no result: the optimiser closes its point
+        self._say(f"{tr.trial} attempt {attempt} failed ({error.splitlines()[0][:120] if error else ''})"
+                  + ("; retrying" if retry else "; giving up"))
+
+    def _fill_slots(self) -> None:
+        for slot in self.slots:
+            if slot.index in self.running:
+                continue
+            waiting = self.state.waiting()
+            tr = waiting[0] if waiting else self._next_trial()
+            if tr is None:
+                return
+            self._launch(tr, slot)
+
+    def _next_trial(self) -> TrialState | None:
+        candidate = self.buffer.take()
+        if candidate is None:
+            return None
+        seq = len(self.state.trials)
+        trial_id = f"t{seq:04d}"
+        round_ = seq // len(self.slots)
+        parent = self.state.parent_trial(candidate.parent_hash)
+        hparams, source = self.hparams.suggest(trial_id, self.state.trials.get(parent or ""), round_)
+        budget = epoch_budget(self.config.epoch_budgets or self.preset.epoch_budgets, round_)
+        trial_dir = self.run_dir / "trials" / trial_id
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "graph.json").write_text(candidate.graph.dumps())
+        _write_json(trial_dir / "hparams.json", hparams)
+        dataset = self.run_json["dataset"]
+        _write_json(trial_dir / "trial.json", {
+            "trial": trial_id, "epoch_budget": budget, "precision": self.config.precision,
+            "preset": self.config.preset, "data": self.config.data, "dataset": dataset,
+            "seed": (self.config.seed * 1_000_003 + seq) % 2**31, "device_type": self.slots[0].device_type,
+            "early_stopping_patience": self.config.early_stopping_patience,
+            "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
+        })
+        self._log("trial_proposed", trial=trial_id, arch_hash=candidate.arch_hash, parent=parent,
+                  morphisms=candidate.morphisms, hparams=hparams, hparam_source=source, round=round_,
+                  epoch_budget=budget)
+        return self.state.trials[trial_id]
+
+    def _launch(self, tr: TrialState, slot: Slot) -> None:
+        attempt = tr.last_attempt + 1
+        trial_dir = self.run_dir / "trials" / tr.trial
+        argv = (sys.executable, "-m", self.config.trial_module, str(trial_dir.resolve()),
+                "--attempt", str(attempt), "--nproc", str(slot.devices_per_node))
+        spec = LaunchSpec(trial_id=tr.trial, attempt=attempt, argv=argv, trial_dir=trial_dir,
+                          stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
+        try:
+            handle = self.backend.launch(spec, slot)
+        except Exception as exc:  # noqa: BLE001 - a launch failure is the attempt's failure
+            self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(slot.nodes),
+                      devices=slot.world_size)
+            self._failed(tr, attempt, f"launch failed: {type(exc).__name__}: {exc}")
+            return
+        self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(handle.nodes),
+                  devices=slot.world_size)
+        self.running[slot.index] = Running(tr, attempt, slot, handle)
+
+    def _tail(self, trial: str) -> TrialTail:
+        tail = self.tails.get(trial)
+        if tail is None:
+            tail = self.tails[trial] = TrialTail(self.run_dir / "trials" / trial / "events.jsonl")
+        return tail
+
+    def _copy_epochs(self, tr: TrialState, tail: TrialTail) -> None:
+        for line in tail.read():
+            if line.get("type") != "epoch_end" or line.get("trial") != tr.trial:
+                continue
+            epoch = line.get("epoch")
+            # An epoch is copied once: a retried attempt that re-ran it (no checkpoint yet) adds nothing.
+            if not isinstance(epoch, int) or epoch in tr.epochs or (tr.epochs and epoch < max(tr.epochs)):
+                continue
+            self._log("epoch_end", **{k: v for k, v in line.items() if k not in RESERVED})
+
+    def _finish(self, reason: str, error: str | None = None) -> None:
+        cancel_reason = "duration" if reason == "duration" else "stop"
+        for slot_index, run in list(self.running.items()):
+            try:
+                run.handle.cancel()
+            except Exception as exc:  # noqa: BLE001
+                self._say(f"{run.trial.trial}: cancel failed: {exc}")
+            self._copy_epochs(run.trial, self._tail(run.trial.trial))
+            self._log("trial_cancelled", trial=run.trial.trial, attempt=run.attempt, reason=cancel_reason)
+            self.hparams.tell(run.trial.trial, None)
+            del self.running[slot_index]
+        fields = {"reason": reason}
+        if error:
+            fields["error"] = error
+        self._log("run_finished", **fields)
+        self._report_progress(force=True)
+        try:
+            self.backend.shutdown()
+        finally:
+            self.buffer.stop()
+            self.writer.close()
+            _unlock(self._lock_fh, self.run_dir)
+            if self.progress is not None:
+                self.progress.close()
+
+    # ---- log, progress -----------------------------------------------------------------------------
+    def _log(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = self.writer.append(kind, **fields)
+        self.state.apply(event)
+        self._score.feed(event)
+        return event
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress.note(message)
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.time()
+        started = self.state.started_at or now
+        return {
+            "run_id": self.run_json["run_id"], "preset": self.config.preset, "run_dir": str(self.run_dir),
+            "elapsed_s": now - started, "duration_s": self.config.duration_s,
+            "remaining_s": max(0.0, self.deadline - now) if self.state.started_at else self.config.duration_s,
+            "slots": len(self.slots), "slots_busy": len(self.running),
+            "running": [{"slot": r.slot.index, "trial": r.trial.trial, "attempt": r.attempt,
+                         "epochs": len(r.trial.epochs), "budget": r.trial.epoch_budget}
+                        for r in sorted(self.running.values(), key=lambda r: r.slot.index)],
+            "trials_finished": self.state.count("finished"), "trials_failed": self.state.count("failed"),
+            "trials_proposed": len(self.state.trials), "epochs": len(self.state.epoch_events),
+            "best_accuracy": self.state.best_accuracy(), "score_ops": self._score.current(),
+            "finished": self.state.finished, "finish_reason": self.state.finish_reason,
+        }
+
+    def _report_progress(self, force: bool = False) -> None:
+        if self.progress is not None:
+            self.progress.update(self.snapshot, force=force)
+
+
+class _LiveScore:
+    """The current score, by spec/scoring.py fed with the events as they are written."""
+
+    def __init__(self, run_dir: Path, rules: str) -> None:
+        from aiperf_runner.spec.runio import RunDir
+        from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
+
+        self._acc = ScoreAccumulator(rules, run_flops_fn(RunDir(run_dir), rules))
+        self._cache: tuple[float, float | None] = (-1e9, None)
+
+    def feed(self, event: dict[str, Any]) -> None:
+        try:
+            self._acc.feed(event)
+        except Exception:  # noqa: BLE001 - the display must never stop the run
+            pass
+
+    def current(self, max_age_s: float = 2.0) -> float | None:
+        now = time.monotonic()
+        if now - self._cache[0] > max_age_s:
+            try:
+                value: float | None = self._acc.series().score
+            except Exception:  # noqa: BLE001
+                value = None
+            self._cache = (now, value)
+        return self._cache[1]
+
+
+def _history(run_dir: Path, state: RunState) -> list[dict[str, Any]]:
+    """The log's trials in proposal order, as `make_search` rebuilds the searches from them."""
+    history = []
+    for tr in state.trials.values():
+        parent = state.trials.get(tr.parent or "")
+        graph = json.loads((run_dir / "trials" / tr.trial / "graph.json").read_text())
+        history.append({"trial": tr.trial, "graph": graph, "arch_hash": tr.arch_hash,
+                        "parent_hash": parent.arch_hash if parent else None, "parent": tr.parent,
+                        "morphisms": tr.morphisms, "hparams": tr.hparams, "hparam_source": tr.hparam_source,
+                        "round": tr.round,
+                        "accuracy": tr.best_accuracy if tr.status == "finished" else None})
+    return history
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _lock(run_dir: Path) -> Any:
+    """Hold `controller.lock` (flock) for the controller's life: one controller per run directory."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(run_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise ControllerError(f"{run_dir} is being run by another controller (pid {holder or '?'})") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
+
+
+def _unlock(fh: Any, run_dir: Path) -> None:
+    if fh is None or fh.closed:
+        return
+    try:
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    finally:
+        fh.close()
+
+
+def controller_alive(run_dir: str | Path) -> int | None:
+    """The pid of the controller running this directory, or None if none holds its lock."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fh = open(path)
+    except FileNotFoundError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = fh.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        return None

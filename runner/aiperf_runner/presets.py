@@ -1,0 +1,98 @@
+"""Benchmark presets: dataset, seed architecture, epoch budgets and default duration.
+
+Epoch budget of a trial: round r = trial sequence number // slots; the official budget is
+15/30/45/60 epochs for r = 0/1/2/>=3 (DESIGN.md section 2), scaled per preset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OFFICIAL_BUDGETS = (15, 30, 45, 60)
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
+
+
+class PresetError(ValueError):
+    """A preset that cannot run as asked (unknown name, missing or malformed --data)."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    image_size: int
+    classes: int
+    epoch_budgets: tuple[int, int, int, int]  # rounds 0, 1, 2, >=3
+    early_stopping_patience: int
+    default_duration_s: float
+    needs_data: bool
+    smoke_sizes: tuple[int, int] = (0, 0)  # generated train / validation images (smoke only)
+
+    def dataset(self, data: str | None) -> dict[str, Any]:
+        """The `dataset` block of run.json (and of every trial.json)."""
+        if not self.needs_data:
+            return {"name": self.name, "train_images": self.smoke_sizes[0], "val_images": self.smoke_sizes[1],
+                    "classes": self.classes, "image_size": self.image_size, "seed": 0}
+        if not data:
+            raise PresetError(f"preset {self.name!r} needs --data DIR (an ImageFolder directory with train/ and val/)")
+        root = Path(data)
+        counts = {}
+        classes: list[str] | None = None
+        for split in ("train", "val"):
+            split_dir = root / split
+            if not split_dir.is_dir():
+                raise PresetError(f"--data {data}: no {split}/ directory (expected {data}/{split}/<class>/<image>)")
+            names = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+            if classes is None:
+                classes = names
+            elif names != classes:
+                raise PresetError(f"--data {data}: val/ and train/ have different class folders")
+            counts[split] = sum(_count_images(split_dir / c) for c in names)
+        assert classes is not None
+        if not classes:
+            raise PresetError(f"--data {data}: train/ has no class folders")
+        return {"name": self.name, "train_images": counts["train"], "val_images": counts["val"],
+                "classes": len(classes), "image_size": self.image_size}
+
+
+def _count_images(folder: Path) -> int:
+    n = 0
+    stack = [folder]
+    while stack:
+        for entry in os.scandir(stack.pop()):
+            if entry.is_dir():
+                stack.append(Path(entry.path))
+            elif os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES:
+                n += 1
+    return n
+
+
+PRESETS: dict[str, Preset] = {
+    # Minutes on a CPU: a generated dataset that the small ResNet learns to > 90 % in 3-4 epochs.
+    # 16x16 images keep an epoch of 4,000 images at about 2 CPU-seconds, so that two slots on two
+    # cores finish dozens of trials in 5 minutes. Budgets: the official ones / 15.
+    "smoke": Preset("smoke", image_size=16, classes=10, epoch_budgets=(1, 2, 3, 4),
+                    early_stopping_patience=2, default_duration_s=300, needs_data=False,
+                    smoke_sizes=(4000, 1000)),
+    # CIFAR-10/100 in ImageFolder layout: a third of the official budgets.
+    "cifar": Preset("cifar", image_size=32, classes=10, epoch_budgets=(5, 10, 15, 20),
+                    early_stopping_patience=3, default_duration_s=3600, needs_data=True),
+    # The official workload: ImageNet-1k, ResNet-50 seed, full budgets, at least one hour.
+    "imagenet": Preset("imagenet", image_size=224, classes=1000,
+                       epoch_budgets=OFFICIAL_BUDGETS, early_stopping_patience=5, default_duration_s=3600,
+                       needs_data=True),
+}
+
+
+def epoch_budget(budgets: list[int] | tuple[int, ...], round_: int) -> int:
+    """The epoch budget of a trial in round `round_` (the last entry holds for every later round)."""
+    return int(budgets[min(max(round_, 0), len(budgets) - 1)])
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise PresetError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})") from None

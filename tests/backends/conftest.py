@@ -1,0 +1,42 @@
+"""The backends the conformance suite runs against.
+
+To put a backend through the suite, add one entry to BACKEND_CASES: a `BackendCase` whose `make`
+builds the backend for a run directory and a number of slots (call `pytest.skip` inside it when the
+backend cannot run here, e.g. no SLURM daemons). The flags say what the suite may check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiperf_runner.backends.base import Backend, load_backend
+
+
+@dataclass(frozen=True)
+class BackendCase:
+    make: Callable[[Path, int], Backend]
+    processes: bool = True        # attempts are OS processes (pids can be checked after cancel)
+    captures_output: bool = True  # the attempt's stdout/stderr land in the spec's files
+    applies_env: bool = True      # LaunchSpec.env reaches the attempt
+
+
+def _make_local(run_dir: Path, slots: int) -> Backend:
+    return load_backend("local")(run_dir, slots=slots, devices_per_slot=1, device_type="cpu")
+
+
+def _make_inprocess(run_dir: Path, slots: int) -> Backend:
+    return load_backend("inprocess")(run_dir, slots=slots)
+
+
+BACKEND_CASES: dict[str, BackendCase] = {
+    "local": BackendCase(_make_local),
+    "inprocess": BackendCase(_make_inprocess, processes=False, captures_output=False, applies_env=False),
+}
+
+
+@pytest.fixture(params=sorted(BACKEND_CASES))
+def backend_case(request: pytest.FixtureRequest) -> tuple[str, BackendCase]:
+    return request.param, BACKEND_CASES[request.param]

@@ -1,0 +1,88 @@
+"""A fast stand-in for the trial program (same files, same log lines, no torch).
+
+    python -m tests.runner.fake_trial TRIAL_DIR --attempt N [--nproc K]
+
+Each epoch sleeps $FAKE_EPOCH_S seconds (default 0.05) and appends an `epoch_end` line to
+TRIAL_DIR/events.jsonl; the accuracy rises with the epoch and depends on the architecture. Like the
+real program it continues after the last epoch it logged (its "checkpoint") and ends with
+`trial_result`. Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
+$FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
+with a message on stderr and nothing in the log (a killed or crashed process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from aiperf_runner.spec.eventlog import EventWriter, iter_events
+
+
+def _matches(spec: str, trial: str, attempt: int) -> bool:
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, which = item.partition("@")
+        if name == trial and which in ("*", str(attempt), ""):
+            return True
+    return False
+
+
+def accuracy(graph_bytes: bytes, epoch: int) -> float:
+    quality = int(hashlib.sha256(graph_bytes).hexdigest()[:4], 16) / 0xFFFF  # 0..1 per architecture
+    return round(min(0.99, 0.5 + 0.08 * epoch + 0.1 * quality), 4)
+
+
+def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trial_dir", type=Path)
+    parser.add_argument("--attempt", type=int, default=1)
+    parser.add_argument("--nproc", type=int, default=1)
+    args = parser.parse_args(argv)
+    trial_dir: Path = args.trial_dir
+    cfg = json.loads((trial_dir / "trial.json").read_text())
+    graph_bytes = (trial_dir / "graph.json").read_bytes()
+    trial, attempt = cfg["trial"], args.attempt
+    epoch_s = float(os.environ.get("FAKE_EPOCH_S", "0.05"))
+    events = trial_dir / "events.jsonl"
+    done = 0
+    if events.exists():
+        for ev in iter_events(events, allow_partial_tail=True):
+            if ev.data["type"] == "epoch_end":
+                done = max(done, ev.data["epoch"])
+    budget = int(cfg["epoch_budget"])
+    val_images = int(cfg["dataset"].get("val_images") or 100)
+    if cancel is None:  # a real process: tests check that it is gone after a cancel or a resume
+        (trial_dir / f"fake_pid.{attempt}").write_text(str(os.getpid()))
+    if _matches(os.environ.get("FAKE_TRIAL_CRASH", ""), trial, attempt):
+        print(f"fake crash of {trial} attempt {attempt}", file=sys.stderr, flush=True)
+        return 9
+    with EventWriter(events) as log:
+        best = 0.0
+        for epoch in range(done + 1, budget + 1):
+            started = time.time()
+            if cancel is not None:
+                if cancel.wait(epoch_s):
+                    return 1
+            else:
+                time.sleep(epoch_s)
+            acc = accuracy(graph_bytes, epoch)
+            best = max(best, acc)
+            ended = time.time()
+            log.append("epoch_end", trial=trial, attempt=attempt, epoch=epoch, images_trained=50,
+                       images_evaluated=val_images, val_accuracy=acc, val_loss=round(2.0 - acc, 4),
+                       started_at=started, ended_at=ended, seconds=ended - started)
+            if _matches(os.environ.get("FAKE_TRIAL_FAIL", ""), trial, attempt):
+                log.append("trial_error", trial=trial, attempt=attempt, error="RuntimeError: fake failure")
+                return 1
+        best = max([best] + [accuracy(graph_bytes, e) for e in range(1, done + 1)])
+        log.append("trial_result", trial=trial, attempt=attempt, epochs=budget, best_accuracy=best, reason="budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The controller with a fast fake trial: slots kept busy, stop at the duration, failures retried."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from aiperf_runner.controller import Controller, ControllerError
+from aiperf_runner.runstate import RunState
+from aiperf_runner.spec.eventlog import read_events
+from aiperf_runner.spec.verify import verify
+
+from tests.backends.test_conformance import process_gone
+from tests.runner.conftest import OPEN_DIVISION_CHECKS, config, failed_checks, run_controller
+
+
+def trial_file_epochs(run_dir: Path) -> set[tuple[str, int]]:
+    out = set()
+    for path in (run_dir / "trials").glob("t*/events.jsonl"):
+        for ev in read_events(path):
+            if ev["type"] == "epoch_end":
+                out.add((ev["trial"], ev["epoch"]))
+    return out
+
+
+def test_keeps_every_slot_busy(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    fake_env.setenv("FAKE_EPOCH_S", "0.3")
+    run_controller(run_dir, slots=3, duration_s=8.0)
+    events = read_events(run_dir / "events.jsonl")
+    state = RunState.load(run_dir)
+    assert events[0]["type"] == "run_started" and events[-1] == {**events[-1], "type": "run_finished",
+                                                                 "reason": "duration"}
+    assert state.count("finished") >= 6
+    # Asynchronous refill: one slot's trial ends, the next starts on it, whatever the others do.
+    util = state.slot_utilisation()
+    assert util is not None and util > 0.9, util
+    # Trials in proposal order, round = seq // slots, budget by round.
+    for seq, tr in enumerate(state.trials.values()):
+        assert tr.trial == f"t{seq:04d}"
+        assert tr.round == seq // 3
+        assert tr.epoch_budget == [1, 2, 3, 4][min(tr.round, 3)]
+    # Every epoch a trial logged is in the main log, once.
+    copied = [(e["trial"], e["epoch"]) for e in events if e["type"] == "epoch_end"]
+    assert len(copied) == len(set(copied))
+    assert set(copied) == trial_file_epochs(run_dir)
+    # Each result went to the search with its own architecture.
+    for tr in state.trials.values():
+        if tr.status == "finished":
+            assert tr.best_accuracy == max(e["val_accuracy"] for e in tr.epochs.values())
+    assert failed_checks(verify(run_dir)) <= OPEN_DIVISION_CHECKS
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert run_json["config"]["slots"] == 3 and run_json["preset"] == "smoke"
+    assert run_json["system"]["cpu_cores"] >= 1 and run_json["system"]["nodes"] == 1
+    assert set(run_json["declared_peak_flops"]) == {"fp32", "tf32", "bf16", "fp16"}
+    assert not (run_dir / "controller.lock").exists()
+
+
+def test_stops_at_the_duration_and_cancels_running_trials(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    fake_env.setenv("FAKE_EPOCH_S", "0.5")
+    t = time.monotonic()
+    run_controller(run_dir, backend="local", duration_s=3.0, epoch_budgets=[100])
+    assert time.monotonic() - t < 60
+    events = read_events(run_dir / "events.jsonl")
+    cancelled = [e for e in events if e["type"] == "trial_cancelled"]
+    assert sorted(e["trial"] for e in cancelled) == ["t0000", "t0001"]
+    assert all(e["reason"] == "duration" for e in cancelled)
+    assert events[-1]["type"] == "run_finished" and events[-1]["reason"] == "duration"
+    # Epochs done before the stop are kept; no trial process is left.
+    assert {(e["trial"], e["epoch"]) for e in events if e["type"] == "epoch_end"} == trial_file_epochs(run_dir)
+    assert any(e["type"] == "epoch_end" for e in events)
+    pids = [int(p.read_text()) for p in (run_dir / "trials").glob("t*/fake_pid.*")]
+    assert len(pids) == 2 and all(process_gone(p) for p in pids)
+    assert not list((run_dir / "trials").glob("t*/pid"))
+
+
+def test_failed_trials_are_retried_then_given_up(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    fake_env.setenv("FAKE_TRIAL_FAIL", "t0001@1")    # logs trial_error after its first epoch, once
+    fake_env.setenv("FAKE_TRIAL_CRASH", "t0002@*")   # dies every time, nothing in its log
+    run_controller(run_dir, backend="local", duration_s=8.0, max_retries=1, epoch_budgets=[3])
+    events = read_events(run_dir / "events.jsonl")
+    state = RunState.load(run_dir)
+
+    def of(trial: str, kind: str) -> list[dict]:
+        return [e for e in events if e.get("trial") == trial and e["type"] == kind]
+
+    f1 = of("t0001", "trial_failed")
+    assert [(e["attempt"], e["retry"]) for e in f1] == [(1, True)]
+    assert "fake failure" in f1[0]["error"]
+    assert [e["attempt"] for e in of("t0001", "trial_started")] == [1, 2]
+    assert state.trials["t0001"].status == "finished"
+    # The retry resumed after the epoch the failed attempt completed: each epoch once.
+    assert [(e["attempt"], e["epoch"]) for e in of("t0001", "epoch_end")] == [(1, 1), (2, 2), (2, 3)]
+
+    f2 = of("t0002", "trial_failed")
+    assert [(e["attempt"], e["retry"]) for e in f2] == [(1, True), (2, False)]
+    assert "exit status 9" in f2[0]["error"] and "fake crash of t0002" in f2[0]["error"]
+    assert state.trials["t0002"].status == "failed"
+    # The run went on past the failures.
+    assert state.count("finished") >= 3
+    assert any(tr.seq > 2 and tr.status == "finished" for tr in state.trials.values())
+    assert failed_checks(verify(run_dir)) <= OPEN_DIVISION_CHECKS
+
+
+def test_stop_request_cancels_and_finishes(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    controller = Controller.create(config(duration_s=60.0, epoch_budgets=[100]), run_dir)
+    controller.request_stop()
+    assert controller.run() == "stopped"
+    events = read_events(run_dir / "events.jsonl")
+    assert events[-1]["reason"] == "stopped"
+
+
+def test_refuses_a_directory_with_a_run_and_a_second_controller(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    controller = Controller.create(config(duration_s=60.0), run_dir)
+    try:
+        with pytest.raises(ControllerError, match="already holds a run"):
+            Controller.create(config(), run_dir)
+        with pytest.raises(ControllerError, match="another controller"):
+            Controller.resume(run_dir)
+    finally:
+        controller.request_stop()
+        controller.run()
+    with pytest.raises(ControllerError, match="already finished"):
+        Controller.resume(run_dir)
