@@ -6,7 +6,7 @@ the attempt's end (`trial_finished` / `trial_failed` / `trial_cancelled`) agains
 duration. Target: at least 97 %. The idle time is broken down into the start (run start to a
 slot's first trial), the refills (a slot's attempt ended, the next not yet started) and the end.
 
-    .venv/bin/python bench/slot_utilisation.py [--slots 2] [--duration 2m] [--run-dir RUN_DIR]
+    .venv/bin/python bench/slot_utilisation.py [--slots 2] [--duration 2m] [--run-dir RUN_DIR] [--keep]
 
 With --run-dir, an existing run is measured instead of making a new one.
 """
@@ -14,12 +14,12 @@ With --run-dir, an existing run is measured instead of making a new one.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from aiperf_runner.cli_run import parse_duration
 from aiperf_runner.runstate import RunState
 
 TARGET = 0.97
@@ -50,6 +50,7 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--duration", default="2m")
     parser.add_argument("--run-dir", type=Path, help="measure this existing run instead of making one")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory this script makes")
     args = parser.parse_args()
 
     if args.run_dir is None:
@@ -63,7 +64,6 @@ def main() -> int:
         if done.returncode != 0:
             print(f"the run failed (exit status {done.returncode})", file=sys.stderr)
             return 1
-        parse_duration(args.duration)  # validated by the run already; kept for the message below
     else:
         run_dir = args.run_dir
 
@@ -81,6 +81,8 @@ def main() -> int:
           f"end {idle['end_s']:.2f} s")
     verdict = "meets" if util >= TARGET else "BELOW"
     print(f"slot utilisation: {util:.2%} (target >= {TARGET:.0%}: {verdict})")
+    if args.run_dir is None and not args.keep:
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
     return 0
 
 

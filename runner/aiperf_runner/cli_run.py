@@ -104,6 +104,11 @@ def run(
             display.close()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        if display is not None:
+            display.close()
+        typer.echo("interrupted while starting", err=True)
+        raise typer.Exit(130) from None
 
     stops = {"n": 0}
 
@@ -120,6 +125,9 @@ def run(
                f"({controller.config.preset}, {len(controller.slots)} slots, backend {controller.config.backend})")
     try:
         reason = controller.run()
+    except KeyboardInterrupt:
+        typer.echo("interrupted: running trials cancelled, the log closed", err=True)
+        raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001
         typer.echo(f"error: the controller failed: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -105,6 +105,14 @@ class TrialTail:
         self.results: dict[int, dict[str, Any]] = {}  # attempt -> trial_result
         self.errors: dict[int, str] = {}  # attempt -> trial_error message
 
+    def result_for(self, attempt: int) -> dict[str, Any] | None:
+        """The trial's result: this attempt's, else one an earlier attempt logged (the program then
+        finds the trial complete and exits at once)."""
+        if attempt in self.results:
+            return self.results[attempt]
+        earlier = [a for a in self.results if a < attempt]
+        return self.results[max(earlier)] if earlier else None
+
     def read(self) -> list[dict[str, Any]]:
         try:
             size = self.path.stat().st_size
@@ -399,7 +407,7 @@ class Controller:
                 self._say(f"{tr.trial}: {note}")
             tail = self._tail(tr.trial)
             self._copy_epochs(tr, tail)
-            result = tail.results.get(att.attempt)
+            result = tail.result_for(att.attempt)
             if result is not None:
                 self._finished(tr, att.attempt, result)
             else:
@@ -451,8 +459,8 @@ class Controller:
                 continue
             del self.running[slot_index]
             self._copy_epochs(run.trial, tail)
-            result = tail.results.get(run.attempt)
-            if rc == 0 and result is not None:
+            result = tail.result_for(run.attempt)
+            if result is not None:  # the trial completed (even if its process then died in teardown)
                 self._finished(run.trial, run.attempt, result)
                 continue
             error = tail.errors.get(run.attempt) or self._failure_text(run, rc)

@@ -112,7 +112,9 @@ class RunState:
             self.status_counts[tr.status] += 1
             self.by_arch.setdefault(tr.arch_hash, []).append(tr.trial)
         elif kind == "trial_started":
-            tr = self.trials[ev["trial"]]
+            tr = self.trials.get(ev.get("trial"))
+            if tr is None:  # not proposed: a broken log (verify names it); nothing to track
+                return
             tr.attempts.append(Attempt(tr.trial, int(ev["attempt"]), int(ev["slot"]), t,
                                        list(ev.get("nodes") or []), int(ev.get("devices") or 1)))
             self._status(tr, "running")
@@ -122,7 +124,9 @@ class RunState:
                 tr.epochs[int(ev["epoch"])] = ev
             self.epoch_events.append(ev)
         elif kind in TERMINAL:
-            tr = self.trials[ev["trial"]]
+            tr = self.trials.get(ev.get("trial"))
+            if tr is None:
+                return
             att = self._attempt(tr, int(ev["attempt"]))
             outcome = kind.removeprefix("trial_")
             if att is not None and att.outcome is None:

@@ -6,6 +6,7 @@ the software stack.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 from collections.abc import Mapping
@@ -43,8 +44,22 @@ def memory_bytes() -> int | None:
     return None
 
 
+def _nvidia_present() -> bool:
+    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()
+
+
 def torch_facts() -> dict[str, Any]:
-    """torch and CUDA versions and the visible accelerators (none without torch or a GPU)."""
+    """torch and CUDA versions and the visible accelerators (none without torch or a GPU).
+
+    torch is imported only where a GPU driver is present: on a CPU-only machine its version comes
+    from the package metadata, which keeps the controller's start quick.
+    """
+    if not _nvidia_present():
+        try:
+            version: str | None = importlib.metadata.version("torch").split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        return {"torch": version, "cuda": None, "accelerators": []}
     try:
         import torch
     except ImportError:
@@ -58,7 +73,7 @@ def torch_facts() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a broken driver: report no accelerator
         accelerators = []
     return {"torch": torch.__version__.split("+")[0], "cuda": torch.version.cuda if accelerators else None,
-            "cuda_build": torch.version.cuda, "accelerators": accelerators}
+            "accelerators": accelerators}
 
 
 def collect(slots: int, devices_per_slot: int, device_type: str, backend_facts: Mapping[str, Any] | None = None

@@ -109,7 +109,7 @@ def test_resume_after_sigkill_of_the_controller(tmp_path: Path, fake_env) -> Non
     run_dir = tmp_path / "run"
     env = {**os.environ, "FAKE_EPOCH_S": "0.4"}
     controller = subprocess.Popen(
-        [sys.executable, "-m", "aiperf_runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "25s",
+        [sys.executable, "-m", "aiperf_runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "15s",
          "--out", str(run_dir), "--trial-module", FAKE_TRIAL, "--progress", "plain"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
