@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +17,8 @@ from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.verify import verify
 
 from tests.backends.test_conformance import process_gone
-from tests.runner.conftest import OPEN_DIVISION_CHECKS, config, failed_checks, run_controller
+from tests.helpers import REPO
+from tests.runner.conftest import FAKE_TRIAL, OPEN_DIVISION_CHECKS, cli, config, failed_checks, run_controller
 
 
 def trial_file_epochs(run_dir: Path) -> set[tuple[str, int]]:
@@ -128,3 +133,33 @@ def test_refuses_a_directory_with_a_run_and_a_second_controller(tmp_path: Path, 
         controller.run()
     with pytest.raises(ControllerError, match="already finished"):
         Controller.resume(run_dir)
+
+
+def test_sigterm_stops_the_run_cleanly(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiperf_runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "10m",
+         "--out", str(run_dir), "--trial-module", FAKE_TRIAL, "--progress", "plain"],
+        cwd=REPO, env={**os.environ, "FAKE_EPOCH_S": "1.0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        log = run_dir / "events.jsonl"
+        while not (log.exists() and b'"type":"epoch_end"' in log.read_bytes()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        status = json.loads(cli("status", str(run_dir), "--json").stdout)
+        assert status["status"] == "running" and status["controller_pid"] == proc.pid
+        assert status["slots_busy"] >= 1 and status["remaining_s"] > 0
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert b"run finished (stopped)" in out
+    events = read_events(run_dir / "events.jsonl")
+    assert events[-1]["type"] == "run_finished" and events[-1]["reason"] == "stopped"
+    cancelled = [e for e in events if e["type"] == "trial_cancelled"]
+    assert cancelled and all(e["reason"] == "stop" for e in cancelled)
+    pids = [int(p.read_text()) for p in (run_dir / "trials").glob("t*/fake_pid.*")]
+    assert pids and all(process_gone(p) for p in pids)
