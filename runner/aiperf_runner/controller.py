@@ -118,7 +118,7 @@ class TrialTail:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return []
-        if size < self.offset:  # the trial's writer dropped a torn line we never read past
+        if size < self.offset:  # the file was replaced by a shorter one: nothing new to read
             self.offset = size
         if size == self.offset:
             return []
