@@ -1,0 +1,192 @@
+"""How fast `verify()` reads a log the size of a 12-hour, 512-slot run, against just parsing it.
+
+Generates (tests/runfactory.py) a run of `--slots` slots x `--trials` trials x `--epochs` epochs in
+a temporary directory, then, side by side in this process:
+
+  peer   read events.jsonl line by line and json.loads every line (nothing else)
+  verify spec.verify.verify(run_dir): hash chain, schema, every check, FLOPs from the graphs, series
+
+and prints the ratio verify / peer of CPU time (user + system; target <= 3), wall time beside it, and
+each side's peak memory. Each measurement runs in a fresh process, so its peak RSS is its own; the
+best of `--repeat` alternating runs counts. Trials reuse `--archs` distinct
+architectures of ResNet-50 size (~170 layers); the cost per distinct architecture (parse, validate,
+canonical hash, FLOPs) is measured and printed separately, with what a run whose every trial is a
+new architecture would add.
+
+    python bench/verify_throughput.py                # full size: 512 slots, 20,480 trials, 1,024,000 epochs
+    python bench/verify_throughput.py --scale 0.05   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from aiperf_runner.spec.graph import Graph  # noqa: E402
+from aiperf_runner.spec.runio import RunDir  # noqa: E402
+from aiperf_runner.spec.verify import verify  # noqa: E402
+
+from tests.runfactory import make_run  # noqa: E402
+
+TARGET = 3.0
+
+
+def resnet_sized(k: int, image_size: int = 224, classes: int = 1000) -> Graph:
+    """A ResNet-like graph of about 170-290 layers; every k gives another architecture."""
+    g = Graph([(3, image_size, image_size)], [])
+    width = 16 + (k % 16)
+    blocks = 40 + (k // 16) % 30
+    x = g.add_layer("conv2d", [0], in_channels=3, filters=width, kernel_size=7, stride=2, padding=3)
+    x = g.add_layer("batchnorm2d", [x], num_features=width)
+    x = g.add_layer("relu", [x])
+    x = g.add_layer("maxpool2d", [x], kernel_size=3, stride=2, padding=1)
+    for b in range(blocks):
+        y = g.add_layer("conv2d", [x], in_channels=width, filters=width, kernel_size=3,
+                        stride=1, padding=1)
+        y = g.add_layer("batchnorm2d", [y], num_features=width)
+        y = g.add_layer("add", [x, y])
+        x = g.add_layer("relu", [y])
+        if b in (blocks // 3, 2 * blocks // 3):
+            x = g.add_layer("maxpool2d", [x], kernel_size=2, stride=2, padding=0)
+    x = g.add_layer("global_avgpool2d", [x])
+    x = g.add_layer("dense", [x], in_units=width, units=classes)
+    g.add_layer("softmax", [x])
+    return g
+
+
+def parse_only(path: Path) -> int:
+    n = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            json.loads(line)
+            n += 1
+    return n
+
+
+def _measure(kind: str, run_dir: str, workers: int | None, conn: Any) -> None:
+    """Child process: run one side once; send (CPU seconds, wall seconds, peak RSS bytes, result).
+
+    CPU seconds (user + system, this process and the worker processes it waited for) measure the
+    work done whatever else the machine is running; wall seconds are printed beside them.
+    """
+    import resource
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    gc.collect()
+    c = cpu()
+    t = time.perf_counter()
+    if kind == "peer":
+        result: Any = parse_only(Path(run_dir) / "events.jsonl")
+    else:
+        report = verify(run_dir, workers=workers)
+        result = {k: report[k] for k in ("integrity_ok", "epochs", "score_ops", "regulated_score_ops",
+                                         "division")}
+        result["series"] = len(report["series"])
+        result["failed"] = [c["name"] for c in report["checks"] if not c["passed"]]
+    elapsed = time.perf_counter() - t
+    cpu_s = cpu() - c
+    conn.send((cpu_s, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, result))
+    conn.close()
+
+
+def measure(kind: str, run_dir: Path, workers: int | None) -> tuple[float, float, int, Any]:
+    """One measurement in a fresh process, so that its peak RSS is its own."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_measure, args=(kind, str(run_dir), workers, child))
+    proc.start()
+    child.close()
+    out = parent.recv()
+    proc.join()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slots", type=int, default=512)
+    ap.add_argument("--trials", type=int, default=20_480)
+    ap.add_argument("--epochs", type=int, default=50, help="epochs per trial")
+    ap.add_argument("--hours", type=float, default=12.0, help="run length (sets the epoch duration)")
+    ap.add_argument("--archs", type=int, default=256, help="distinct architectures the trials cycle through")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply slots and trials by this")
+    ap.add_argument("--keep", type=Path, default=None, help="write the run here and keep it")
+    ap.add_argument("--repeat", type=int, default=2, help="measurements of each side (the best counts)")
+    ap.add_argument("--workers", type=int, default=None, help="verify(workers=...): graph-analysis processes "
+                                                               "(default one per CPU)")
+    args = ap.parse_args()
+    slots = max(1, round(args.slots * args.scale))
+    trials = max(1, round(args.trials * args.scale))
+    per_slot = -(-trials // slots)
+    epoch_s = args.hours * 3600 / (per_slot * args.epochs) - 0.01
+
+    tmp = None if args.keep else Path(tempfile.mkdtemp(prefix="aiperf-bench-verify-"))
+    run_dir = args.keep or tmp / "run"
+    try:
+        t = time.perf_counter()
+        fr = make_run(run_dir, slots=slots, trials=trials, epochs=args.epochs, epoch_seconds=epoch_s,
+                      preset="imagenet", precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3",
+                      accelerator_count=8 * slots, devices_per_slot=8, declared_peak=8 * slots * 989.4e12,
+                      archs=args.archs, graph_fn=resnet_sized, trial_logs=False, gap_s=1.0)
+        gen_s = time.perf_counter() - t
+        size = (run_dir / "events.jsonl").stat().st_size
+        print(f"run: {slots} slots, {fr.trials} trials, {fr.epochs} epochs, {fr.events} events, "
+              f"{size / 2**20:.0f} MiB log, {(fr.end - fr.start) / 3600:.2f} h, {args.archs} distinct "
+              f"architectures (generated in {gen_s:.0f} s)")
+
+        # peer and verify alternately, each in a fresh process; the best of --repeat runs of each
+        peer_runs, verify_runs = [], []
+        for _ in range(args.repeat):
+            peer_runs.append(measure("peer", run_dir, args.workers))
+            verify_runs.append(measure("verify", run_dir, args.workers))
+        peer_s, peer_wall, peer_rss, lines = min(peer_runs, key=lambda r: r[0])
+        verify_s, verify_wall, verify_rss, result = min(verify_runs, key=lambda r: r[0])
+        assert result["integrity_ok"] and not result["failed"], result
+        assert result["epochs"] == fr.epochs
+
+        # cost per distinct architecture (parse, validate, hash, FLOPs), measured on fresh files
+        sample = min(args.archs, 64)
+        rd = RunDir(run_dir)
+        t = time.process_time()
+        for i in range(sample):
+            rd.trial_flops(f"t{i:04d}", "v2")
+        per_arch = (time.process_time() - t) / sample
+
+        ratio = verify_s / peer_s
+        print(f"peer   json.loads of every line : {peer_s:8.2f} s CPU ({lines / peer_s:,.0f} lines/s; "
+              f"wall {peer_wall:.2f} s), peak RSS {peer_rss / 2**20:.0f} MiB")
+        print(f"verify (all checks + series)    : {verify_s:8.2f} s CPU ({lines / verify_s:,.0f} lines/s; "
+              f"wall {verify_wall:.2f} s), peak RSS {verify_rss / 2**20:.0f} MiB "
+              f"(+{(verify_rss - peer_rss) / 2**20:.0f} MiB over the peer's, "
+              f"{(verify_rss - peer_rss) / max(fr.epochs, 1):.0f} bytes per epoch)")
+        print(f"ratio verify / peer, CPU time   : {ratio:8.2f}x  (target <= {TARGET:g}x: "
+              f"{'met' if ratio <= TARGET else 'NOT met'}; best of {args.repeat}; wall-time ratio "
+              f"{verify_wall / peer_wall:.2f}x at load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        print(f"per distinct architecture       : {per_arch * 1e3:8.1f} ms (parse, validate, hash, FLOPs; one "
+              f"process); if all {fr.trials} trials were distinct: +{per_arch * (fr.trials - args.archs):.0f} s "
+              f"of CPU, spread over verify's worker processes")
+        print(f"score {result['score_ops']:.4g} OPS, regulated {result['regulated_score_ops']:.4g}, "
+              f"{result['series']} series points, division {result['division']}")
+        return 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""`aiperf-runner verify RUN_DIR|BUNDLE`: integrity, recomputed score and the rules (torch-free)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+EXIT_OK, EXIT_INTEGRITY, EXIT_USAGE = 0, 1, 2
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.4f}".rstrip("0").rstrip(".")
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_num(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_num(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _print_human(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=140)
+    ok = report["integrity_ok"]
+    console.print(f"[bold]run[/bold] {report['run_id'] or '-'}   rules {report['rules']} "
+                  f"(rules version {report['rules_version']}, spec {report['spec_version']})")
+    console.print(f"signed by       {report['fingerprint'] or 'not signed'}")
+    console.print(f"score           {report['score_ops']:.6g} OPS")
+    console.print(f"regulated score {report['regulated_score_ops']:.6g} OPS")
+    console.print(f"max accuracy    {report['max_accuracy']:.4f}")
+    console.print(f"duration        {report['duration_s']:.1f} s   trials finished {report['trials_finished']}   "
+                  f"epochs {report['epochs']}")
+    console.print(f"division        {report['division']}   valid {_num(report['valid'])}   "
+                  f"stable {_num(report['stable'])}   plausible {_num(report['plausible'])}")
+    table = Table(show_lines=False, header_style="bold")
+    table.add_column("check", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("measured", overflow="fold")
+    table.add_column("threshold", overflow="fold")
+    table.add_column("message", overflow="fold")
+    for c in report["checks"]:
+        result = "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]"
+        table.add_row(c["name"], result, _num(c["measured"]), _num(c["threshold"]), c["message"])
+    console.print(table)
+    console.print("[green]integrity OK[/green]" if ok else "[red]integrity FAILED[/red]")
+
+
+def verify(
+    path: Annotated[Path, typer.Argument(metavar="RUN_DIR|BUNDLE", show_default=False,
+                                         help="A run directory or a bundle (.tar.gz) made by `pack`.")],
+    pubkey: Annotated[Path | None, typer.Option("--pubkey", metavar="FILE", show_default=False,
+                                                help="Public key file (site_key.pub) the run must be signed with.")] = None,
+    rules: Annotated[str | None, typer.Option("--rules", metavar="v1-compat|v2", show_default=False,
+                                              help="FLOP rules to score with (default: the run's own).")] = None,
+    require_signature: Annotated[bool, typer.Option("--require-signature",
+                                                    help="Fail integrity if the run is not signed.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verification report as JSON.")] = False,
+) -> None:
+    """Verify a run: hash chain, signature and manifest, schema; recompute FLOPs and the score; check the rules.
+
+    Prints a summary and a table of every check (threshold, measured value, outcome), or with --json the full report (what the AIPerf service stores). FLOPs are recomputed from each trial's graph.json, never read from the log.
+
+    Exit codes: 0 integrity OK (whatever the division and the other checks), 1 integrity failed (hash chain, signature, manifest, schema, versions or graphs), 2 usage error (missing path, unknown --rules, unreadable --pubkey).
+    """
+    from aiperf_runner.spec import keys
+    from aiperf_runner.spec.scoring import RULES
+    from aiperf_runner.spec.verify import verify as run_verify
+
+    if rules is not None and rules not in RULES:
+        raise _usage(f"unknown --rules {rules!r} (expected {' or '.join(RULES)})")
+    if not path.exists():
+        raise _usage(f"{path} does not exist")
+    key = None
+    if pubkey is not None:
+        try:
+            key = keys.load_public_key(pubkey)
+        except (ValueError, OSError) as exc:
+            raise _usage(f"--pubkey {pubkey}: {exc}") from None
+    try:
+        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _usage(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, allow_nan=False))
+    else:
+        _print_human(report)
+    raise typer.Exit(EXIT_OK if report["integrity_ok"] else EXIT_INTEGRITY)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)

@@ -1,0 +1,257 @@
+"""Reading a run directory as a stream (docs/internals.md, "Run directory").
+
+`RunDir` gives run.json, the main event log (hash chain checked while streaming, via
+`eventlog.iter_events`) and the per-trial files. Trial graphs are read lazily, one trial at a time,
+and what verification needs of them (the canonical architecture hash and the FLOPs per image) is
+cached by the SHA-256 of the graph file's bytes: a run of 20,000 trials keeps 20,000 small cache
+entries, never 20,000 graphs. Nothing here holds the event log in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .eventlog import Event, iter_events
+from .graph import Graph
+
+RUN_JSON = "run.json"
+EVENTS = "events.jsonl"
+TRIALS = "trials"
+TRIAL_ID = re.compile(r"^t\d{4,}$")
+
+DEFAULT_KERNEL_SIZE = 3
+
+
+class RunIOError(ValueError):
+    """A run directory, or one of its files, that cannot be read; the message names the file."""
+
+
+@dataclass
+class ArchInfo:
+    """What verification needs of one architecture graph file (shared by trials with equal bytes)."""
+
+    digest: str  # SHA-256 of the graph file's bytes
+    arch_hash: str | None = None  # Graph.hash() of the canonical form; None if the graph is invalid
+    error: str | None = None
+    flops: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rules, kernel_size) -> FlopCounts
+
+
+PREFETCH_MIN_DISTINCT = 64
+"""`RunDir.prefetch` uses processes only from this many distinct graphs on (process start-up costs)."""
+
+
+def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool
+             ) -> tuple[str | None, str | None, dict[tuple[str, int], Any]]:
+    """(canonical hash, error, {(rules, kernel_size): FlopCounts}) of one graph file's bytes."""
+    flops: dict[tuple[str, int], Any] = {}
+    try:
+        graph = Graph.from_json(json.loads(raw))
+        for rules, ks in flops_keys:
+            from .flops import flops_per_image  # torch-free, like everything in spec/
+
+            flops[(rules, ks)] = flops_per_image(graph, rules=rules, kernel_size=ks)  # validates first
+        if not flops_keys:
+            graph.validate()
+        return (graph.hash() if want_hash else None), None, flops
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        return None, str(exc) or type(exc).__name__, flops
+
+
+def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]
+                   ) -> list[tuple[str, str | None, str | None, dict[tuple[str, int], Any]]]:
+    """Process-pool task: [(digest, path, flops keys)] -> [(digest, hash, error, flops)]."""
+    out = []
+    for digest, path, keys in items:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            out.append((digest, None, f"cannot be read ({exc.strerror})", {}))
+            continue
+        out.append((digest, *_analyse(raw, keys, True)))
+    return out
+
+
+def _merge(info: ArchInfo, arch_hash: str | None, error: str | None, flops: dict[tuple[str, int], Any]) -> None:
+    if arch_hash is not None:
+        info.arch_hash = arch_hash
+    if error is not None:
+        info.error = error
+    info.flops.update(flops)
+
+
+class RunDir:
+    """A run directory read lazily: `run`, `events()`, `trial_flops(trial, rules)`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise RunIOError(f"{self.path} is not a directory")
+        self._run: dict[str, Any] | None = None
+        self._arch_by_digest: dict[str, ArchInfo] = {}
+        self._digest_by_trial: dict[str, str] = {}
+        self._kernel_by_trial: dict[str, int] = {}
+
+    # ---- run.json ------------------------------------------------------------------------------
+    @property
+    def run_json_path(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """run.json as a dict; RunIOError if it is missing or not a JSON object."""
+        if self._run is None:
+            try:
+                data = json.loads(self.run_json_path.read_bytes())
+            except FileNotFoundError:
+                raise RunIOError(f"{RUN_JSON} missing in {self.path}") from None
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise RunIOError(f"{RUN_JSON} is not valid JSON ({exc})") from None
+            except OSError as exc:
+                raise RunIOError(f"{RUN_JSON} cannot be read ({exc.strerror})") from None
+            if not isinstance(data, dict):
+                raise RunIOError(f"{RUN_JSON} is not a JSON object")
+            self._run = data
+        return self._run
+
+    # ---- the main log ----------------------------------------------------------------------------
+    @property
+    def events_path(self) -> Path:
+        return self.path / EVENTS
+
+    def events(self, *, allow_partial_tail: bool = False) -> Iterator[Event]:
+        """The main log's events in order; LogError at the first line that breaks the chain."""
+        if not self.events_path.is_file():
+            raise RunIOError(f"{EVENTS} missing in {self.path}")
+        return iter_events(self.events_path, allow_partial_tail=allow_partial_tail)
+
+    # ---- trials ------------------------------------------------------------------------------
+    def trial_dir(self, trial: str) -> Path:
+        if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):
+            raise RunIOError(f"invalid trial id {trial!r} (expected t0000, t0001, ...)")
+        return self.path / TRIALS / trial
+
+    def hparams(self, trial: str) -> dict[str, Any]:
+        """trials/<id>/hparams.json (not cached: read it once per trial)."""
+        path = self.trial_dir(trial) / "hparams.json"
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise RunIOError(f"trials/{trial}/hparams.json missing") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunIOError(f"trials/{trial}/hparams.json is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise RunIOError(f"trials/{trial}/hparams.json is not a JSON object")
+        return data
+
+    def kernel_size(self, trial: str) -> int:
+        """The trial's `kernel_size` hyper-parameter (default 3), read from hparams.json once."""
+        ks = self._kernel_by_trial.get(trial)
+        if ks is None:
+            value = self.hparams(trial).get("kernel_size", DEFAULT_KERNEL_SIZE)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+                raise RunIOError(f"trials/{trial}/hparams.json: kernel_size {value!r} is not a positive integer")
+            ks = self._kernel_by_trial[trial] = int(value)
+        return ks
+
+    def arch(self, trial: str, flops_key: tuple[str, int] | None = None) -> ArchInfo:
+        """The trial's graph file digested, parsed, validated and hashed (cached by file bytes).
+
+        With `flops_key` = (rules, kernel_size), the FLOPs under those rules are counted too while
+        the parsed graph is at hand. Parsed graphs are not kept.
+        """
+        digest = self._digest_by_trial.get(trial)
+        info = self._arch_by_digest.get(digest) if digest is not None else None
+        if info is not None and (flops_key is None or info.error is not None or flops_key in info.flops):
+            return info
+        path = self.trial_dir(trial) / "graph.json"
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise RunIOError(f"trials/{trial}/graph.json missing") from None
+        except OSError as exc:
+            raise RunIOError(f"trials/{trial}/graph.json cannot be read ({exc.strerror})") from None
+        digest = hashlib.sha256(raw).hexdigest()
+        self._digest_by_trial[trial] = digest
+        info = self._arch_by_digest.get(digest)
+        if info is not None and (flops_key is None or info.error is not None or flops_key in info.flops):
+            return info
+        if info is None:
+            info = self._arch_by_digest[digest] = ArchInfo(digest)
+        _merge(info, *_analyse(raw, [flops_key] if flops_key is not None else [], info.arch_hash is None))
+        return info
+
+    def trial_flops(self, trial: str, rules: str) -> Any:
+        """FlopCounts of the trial's graph under `rules` (v1-compat: with the trial's kernel_size).
+
+        Raises RunIOError when the graph or hyper-parameters cannot be read or are invalid.
+        """
+        ks = self.kernel_size(trial) if rules == "v1-compat" else DEFAULT_KERNEL_SIZE
+        key = (rules, ks)
+        info = self.arch(trial, key)
+        if info.error is not None:
+            raise RunIOError(f"trials/{trial}/graph.json: {info.error}")
+        return info.flops[key]
+
+    # ---- parallel prefetch -------------------------------------------------------------------------
+    def prefetch(self, rules: str, workers: int | None = None, min_distinct: int = PREFETCH_MIN_DISTINCT) -> int:
+        """Analyse every trial's graph up front, the distinct ones in `workers` processes.
+
+        Reads and digests each trials/<id>/graph.json (and, for v1-compat, the kernel_size of its
+        hparams.json) in this process, then hashes and counts the FLOPs of each distinct
+        (graph, kernel_size) in a process pool. Later `arch` / `trial_flops` calls are cache hits.
+        Does nothing (and returns 0) with fewer than `min_distinct` distinct graphs, one worker, or
+        where processes cannot be started (e.g. inside a daemonic worker process): the lazy path
+        then does the same work one graph at a time. Returns the number of graphs analysed here.
+        """
+        import os
+
+        workers = workers if workers is not None else (os.cpu_count() or 1)
+        if workers < 2:
+            return 0
+        trials_dir = self.path / TRIALS
+        if not trials_dir.is_dir():
+            return 0
+        todo: dict[str, tuple[str, set[tuple[str, int]]]] = {}  # digest -> (path, flops keys)
+        for entry in sorted(os.scandir(trials_dir), key=lambda e: e.name):
+            if not TRIAL_ID.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            trial = entry.name
+            try:
+                raw = (Path(entry.path) / "graph.json").read_bytes()
+                ks = self.kernel_size(trial) if rules == "v1-compat" else DEFAULT_KERNEL_SIZE
+            except (OSError, RunIOError):
+                continue  # the lazy path reports it
+            digest = hashlib.sha256(raw).hexdigest()
+            self._digest_by_trial[trial] = digest
+            path, keys = todo.setdefault(digest, (str(Path(entry.path) / "graph.json"), set()))
+            keys.add((rules, ks))
+        if len(todo) < min_distinct:
+            return 0
+        items = [(digest, path, sorted(keys)) for digest, (path, keys) in todo.items()]
+        chunk = max(1, min(64, len(items) // (workers * 4)))
+        batches = [items[i:i + chunk] for i in range(0, len(items), chunk)]
+        try:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                              else "spawn")
+            with ProcessPoolExecutor(max_workers=min(workers, len(batches)), mp_context=ctx) as pool:
+                results = list(pool.map(_analyse_batch, batches))
+        except Exception:  # noqa: BLE001 - no processes here (daemonic worker, limits): stay lazy
+            return 0
+        for batch in results:
+            for digest, arch_hash, error, flops in batch:
+                info = self._arch_by_digest.setdefault(digest, ArchInfo(digest))
+                _merge(info, arch_hash, error, flops)
+        return len(items)
+
+    @property
+    def distinct_architectures(self) -> int:
+        return len(self._arch_by_digest)

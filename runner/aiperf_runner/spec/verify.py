@@ -1,0 +1,250 @@
+"""Verification of a run directory or bundle: integrity, score recomputed, rules (docs/rules.md).
+
+`verify(path, pubkey=None, rules=None) -> dict` is what `aiperf-runner verify --json` prints and
+what the service stores as the verification report. It streams the main log once; FLOPs per image
+are recomputed from each trial's graph.json with `spec.flops` (numbers the runner wrote are never
+used), and every check is listed with its threshold, measured value and outcome.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import SPEC_VERSION, peaks
+from . import rules as R
+from .eventlog import LogError
+from .runio import RunDir, RunIOError
+from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
+
+REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
+                 "trials_finished", "epochs", "checks", "run_id", "fingerprint", "division", "series",
+                 "valid", "stable", "plausible", "spec_version", "rules_version")
+
+BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.zst", ".tar.xz", ".tar.bz2")
+
+_SIGNATURE_WORDS = ("signature", "signed", "public_key", "fingerprint", "MANIFEST.sig")
+
+
+def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
+           require_signature: bool = False, rules_version: str = R.RULES_VERSION,
+           workers: int | None = None) -> dict[str, Any]:
+    """Verify a run directory or a bundle (.tar.gz); see docs/internals.md, "Verification".
+
+    `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
+    `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
+    `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
+    `workers`: processes for analysing the trial graphs (default: one per CPU; 1 = none). Runs with
+    few distinct architectures, and callers that cannot start processes, analyse them in-process.
+    Raises FileNotFoundError for a missing path and ValueError for unknown `rules`; everything wrong
+    with the run itself is reported in the checks instead.
+    """
+    if rules is not None:
+        check_rules(rules)
+    R.thresholds(rules_version)
+    if pubkey is not None:
+        from . import keys
+
+        pubkey = keys.load_public_key(pubkey)  # KeyFileError (a ValueError) if it is not a key
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if path.is_dir():
+        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers)
+    from .bundle import BundleError, safe_extract
+
+    with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
+        root = Path(tmp) / "run"
+        try:
+            safe_extract(path, root)
+        except BundleError as exc:
+            report = _empty_report(rules or DEFAULT_RULES, rules_version)
+            report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
+                                        None, False, str(exc))]
+            return report
+        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers)
+
+
+def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
+    return {"integrity_ok": False, "rules": rules, "score_ops": 0.0, "regulated_score_ops": 0.0,
+            "max_accuracy": 0.0, "duration_s": 0.0, "trials_finished": 0, "epochs": 0, "checks": [],
+            "run_id": None, "fingerprint": None, "division": "open", "series": [], "valid": False,
+            "stable": False, "plausible": False, "spec_version": SPEC_VERSION, "rules_version": rules_version}
+
+
+def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict[str, Any]], str | None]:
+    from . import bundle
+
+    if not (root / bundle.MANIFEST_NAME).exists():
+        return [R.check_signature(False, [], require, None), R.check_manifest_digests(False, [], require)], None
+    findings = bundle.check_manifest(root, pubkey)
+    try:
+        manifest = bundle.read_manifest(root)
+    except bundle.BundleError as exc:
+        return [R.check_signature(True, [str(exc)], require, None),
+                R.check_manifest_digests(True, [str(exc)], require)], None
+    sig = [f for f in findings if any(w in f for w in _SIGNATURE_WORDS)]
+    files = [f for f in findings if f not in sig]
+    fingerprint = manifest.get("fingerprint") if not sig else None
+    return [R.check_signature(True, sig, require, fingerprint), R.check_manifest_digests(True, files, require)], \
+        fingerprint
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
+
+
+def _peaks(run: Mapping[str, Any], precision: Any) -> tuple[float | None, float | None, str, Any]:
+    """(declared system peak, table system peak, how the table peak was found, slot_peak function)."""
+    declared_map = run.get("declared_peak_flops") if isinstance(run.get("declared_peak_flops"), dict) else {}
+    declared = _number(declared_map.get(precision)) if isinstance(precision, str) else None
+    system = run.get("system") if isinstance(run.get("system"), dict) else {}
+    table: float | None = None
+    how = "precision unknown"
+    if precision in peaks.PRECISIONS:
+        try:
+            table, how = peaks.system_peak(system, precision)
+        except (TypeError, ValueError) as exc:
+            table, how = None, f"system block unreadable ({exc})"
+    peak = declared or table
+    count = system.get("accelerator_count")
+    count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+    def slot_peak(devices: int) -> float | None:
+        if not peak:
+            return None
+        if count:
+            return peak * max(int(devices), 1) / count
+        return peak  # CPU runs: the whole machine bounds one slot
+
+    return declared, table, how, slot_peak
+
+
+def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
+                rules_version: str, workers: int | None = None) -> dict[str, Any]:
+    th = R.thresholds(rules_version)
+    checks: list[dict[str, Any]] = []
+    run_dir = RunDir(root)
+    try:
+        run = run_dir.run
+        run_problems = R.run_json_problems(run)
+    except RunIOError as exc:
+        run, run_problems = {}, [str(exc)]
+    run_rules = run.get("rules")
+    if rules is None:
+        rules = run_rules if run_rules in RULES else DEFAULT_RULES
+    report = _empty_report(rules, rules_version)
+    report["run_id"] = run.get("run_id")
+
+    sig_checks, fingerprint = _signature_checks(root, pubkey, require_signature)
+    report["fingerprint"] = fingerprint
+
+    precision = run.get("precision")
+    declared, table, how, slot_peak = _peaks(run, precision)
+
+    graph_errors = R._Findings()
+    acc: ScoreAccumulator
+    audit: R.LogAudit
+
+    def flops_for(trial: str) -> tuple[float, float] | None:
+        try:
+            counts = run_dir.trial_flops(trial, rules)
+        except RunIOError as exc:
+            graph_errors.add(current_line, str(exc))
+            return None
+        declared_hash = audit.proposals.get(trial)
+        actual = run_dir.arch(trial).arch_hash
+        if declared_hash is not None and declared_hash != actual:
+            graph_errors.add(current_line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
+                                           f"trial_proposed says {declared_hash}")
+        return float(counts.train), float(counts.eval)
+
+    run_dir.prefetch(rules, workers)
+    acc = ScoreAccumulator(rules, flops_for)
+    audit = R.LogAudit(run, th, flops_for=acc.trial_flops, slot_peak=slot_peak)
+    current_line = 0
+    chain_error: str | None = None
+    try:
+        feed_acc, feed_audit = acc.feed, audit.feed
+        epoch_acc, epoch_audit, epoch_ok, proposals = acc.epoch_checked, audit.epoch_checked, R.epoch_end_ok, \
+            audit.proposals
+        for event in run_dir.events():
+            current_line = event.line
+            data = event.data
+            if data["type"] == "epoch_end" and epoch_ok(data, proposals):  # ~95% of a log: the short path
+                epoch_acc(data)
+                epoch_audit(data, current_line)
+            else:
+                feed_acc(data)
+                feed_audit(data, current_line)
+    except LogError as exc:
+        chain_error = str(exc)
+    except RunIOError as exc:
+        chain_error = f"cannot be read: {exc}"
+    audit.finish()
+    series = acc.series()
+
+    # integrity
+    checks.append(R.check_chain(current_line, chain_error))
+    checks.extend(sig_checks)
+    checks.append(R.check_run_json(run_problems, audit.consistency))
+    checks.append(R.check_versions(run, th))
+    checks.append(R.check_schema(audit))
+    checks.append(R.check_graphs(graph_errors, acc.trials_with_epochs, run_dir.distinct_architectures))
+    # validity
+    preset = run.get("preset")
+    checks.append(R.check_preset(preset, th))
+    checks.append(R.check_duration(series.duration_s, th))
+    checks.append(R.check_precision(precision, th))
+    checks.append(R.check_accuracy(series.max_accuracy, th))
+    checks.append(R.check_full_validation(audit, preset, len(acc.table), th))
+    checks.append(R.check_complete(acc.finished_t is not None))
+    # stability
+    checks.append(R.check_stability(series.points, th))
+    # plausibility
+    peak = declared or table
+    checks.append(R.check_declared_peak(declared, table, how, precision, th))
+    max_score = max((p["score"] for p in series.points), default=0.0)
+    checks.append(R.check_score_peak(max_score, peak, th))
+    checks.append(R.check_epoch_rate(audit, bool(peak), th))
+    checks.append(R.check_epoch_images(audit))
+    checks.append(R.check_slots(audit))
+    checks.append(R.check_concurrency(audit))
+    checks.append(R.check_timestamps(audit))
+    checks.append(R.check_lifecycle(audit))
+
+    for c in checks:
+        c["measured"] = _json_safe(c["measured"])
+    integrity_ok = R.all_passed(checks, "integrity")
+    valid = R.all_passed(checks, "validity")
+    report.update({
+        "integrity_ok": integrity_ok,
+        "score_ops": series.score,
+        "regulated_score_ops": series.regulated,
+        "max_accuracy": series.max_accuracy,
+        "duration_s": series.duration_s,
+        "trials_finished": acc.trials_finished,
+        "epochs": len(acc.table),
+        "checks": checks,
+        "division": "official" if valid and integrity_ok else "open",
+        "series": series.points,
+        "valid": valid,
+        "stable": R.all_passed(checks, "stability"),
+        "plausible": R.all_passed(checks, "plausibility"),
+    })
+    return report
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else ("-inf" if v < 0 else None)
+    return v
+
+
+def is_bundle_name(path: str | Path) -> bool:
+    return str(path).endswith(BUNDLE_SUFFIXES)
