@@ -1,0 +1,551 @@
+"""Bayesian optimisation over architectures: the AIPerf/NNI method, with its defects fixed and fast.
+
+- **Model**: a Gaussian process over the architectures observed so far. Distance d: the edit
+  distance of `editdistance.py` (layer sequence of the main chain + skip connections, as NNI's
+  `edit_distance`); kernel exp(-d^2)-style on a Bourgain embedding of d (as NNI trains, but used
+  for prediction too, so the kernel is one positive semi-definite function). Targets are
+  standardised; observation noise sits on the diagonal.
+- **Acquisition**: UCB, mean + 2.576 x standard deviation (NNI's beta).
+- **Optimiser**: NNI's simulated annealing — a priority queue seeded with the observed
+  architectures (by accuracy); pop the best, accept it with probability
+  exp(min((value - best_acq) / T, 1)), expand an accepted element into `n_neighbours` random
+  morphisms (deeper / wider / skip), push those with their acquisition value; T *= 0.9 down to
+  1e-4 — bounded here by `max_expansions` expansions and `max_pops` pops, so a proposal costs a
+  known number of acquisition evaluations, and by `max_chain` morphisms between an observed
+  architecture and a proposal (NNI's chains are unbounded, which grows networks by many layers at
+  once).
+
+Fixes over the original:
+
+- (a) *Identical seed architectures froze the GP* (repeated rows made the kernel matrix singular;
+  NNI's incremental Cholesky then failed and the model silently stopped updating). Here
+  observations are keyed by architecture hash and aggregated per architecture (mean, with the
+  noise variance divided by the number of observations), and the Cholesky factorisation escalates
+  a diagonal jitter until it succeeds, so the model always refits.
+- (b) *Accuracies paired with the wrong architecture* (results matched by list position). Here
+  `observe(arch_hash, accuracy)` names the architecture; nothing is matched by position.
+
+Also: an architecture hash already proposed (or registered) is never proposed again; distances are
+cached incrementally (one vectorised row per newly observed architecture) and candidate distances
+are computed for a whole batch at once with numpy, so a proposal takes well under a second at
+1,000 results on two cores (see bench/search_latency.py).
+
+Thread safety: `observe` and `register` only append to an inbox under a short lock, `propose`
+holds the search lock and drains the inbox first; the controller may run `propose` in a background
+thread while calling `observe` from its main loop. A proposal depends only on the sequence of
+calls, not on their timing.
+
+Resume: re-feed the run's history — `register(graph, parent_hash, morphisms)` for every proposed
+architecture and `observe(hash, accuracy)` for every result — or use `ArchitectureSearch.from_history`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import heapq
+import itertools
+import math
+import random
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiperf_runner.search import morphism
+from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
+from aiperf_runner.spec.graph import Graph
+
+BETA = 2.576
+
+
+@dataclass
+class Proposal:
+    graph: Graph
+    parent_hash: str | None
+    morphisms: list[str]
+    arch_hash: str
+    details: list[dict[str, Any]] = field(default_factory=list)
+    acquisition: float | None = None
+
+
+@dataclass
+class _Arch:
+    graph: Graph
+    parent_hash: str | None
+    morphisms: list[str]
+    descriptor: Descriptor | None = None
+
+
+class GaussianProcess:
+    """GP regression over architectures given only their pairwise edit distances.
+
+    An edit distance is not Euclidean, and exp(-d^2) of it is far from positive definite (at 1,000
+    random morphism chains of the small seed its kernel matrix has hundreds of negative eigenvalues).
+    As NNI does for training, the distances are first embedded with Bourgain's random-subset
+    embedding (coordinate = distance to the nearest member of a random subset; O(log^2 n)
+    coordinates); unlike NNI, candidates are embedded the same way at prediction time, so training
+    and prediction use one kernel: k = exp(-(|e_a - e_b| / sqrt(K) / l)^2), positive semi-definite
+    by construction. l: the median embedded distance (or fixed). Targets are standardised; noise
+    variance `noise / count` sits on the diagonal (count = observations of that architecture)."""
+
+    def __init__(self, noise: float = 1e-2, length_scale: float | None = None) -> None:
+        self.noise = noise
+        self.fixed_length_scale = length_scale
+        self.length_scale = 1.0
+        self.n = 0
+        self.jitter = 0.0
+        self._sets_n = 0      # number of points the current random subsets were drawn from
+        self._emb = np.zeros((0, 0))
+
+    def _draw_subsets(self, n: int) -> None:
+        rng = np.random.default_rng(n)
+        if n <= 2:
+            sets = [np.array([i]) for i in range(n)]
+        else:
+            levels = max(1, math.ceil(math.log2(n)) - 1)
+            repeats = max(1, math.ceil(math.log(n)))
+            sets = [rng.choice(n, 2 ** i, replace=True) for i in range(levels + 1) for _ in range(repeats)]
+        self._flat = np.concatenate(sets)
+        self._starts = np.cumsum([0] + [len(x) for x in sets[:-1]])
+        self._sets_n = n
+
+    def _embed(self, dist: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(dist[:, self._flat], self._starts, axis=1).astype(np.float64)
+
+    def _sq_dist(self, ea: np.ndarray, eb: np.ndarray, eb_norms: np.ndarray | None = None) -> np.ndarray:
+        if eb_norms is None:
+            eb_norms = np.einsum("ij,ij->i", eb, eb)
+        sq = (np.einsum("ij,ij->i", ea, ea)[:, None] + eb_norms[None, :] - 2.0 * ea @ eb.T) / ea.shape[1]
+        return np.clip(sq, 0.0, None)
+
+    def fit(self, dist: np.ndarray, y: np.ndarray, counts: np.ndarray | None = None,
+            incremental: bool = False) -> None:
+        """Fit on the (n, n) distance matrix of the training points and their targets.
+
+        incremental=True: the points of the previous fit are the first rows of `dist`, in the same
+        order (the search only appends). The random subsets of the embedding are then kept until
+        the number of points has grown by a quarter, and only the new points are embedded."""
+        n = len(y)
+        if n == 0:
+            self.n = 0
+            return
+        dist = np.asarray(dist, dtype=np.float32)
+        old = self._emb.shape[0] if incremental and n >= self.n else 0
+        if old == 0 or self._sets_n < 16 or n > 1.25 * self._sets_n:
+            self._draw_subsets(n)
+            self._emb = self._embed(dist)
+        elif n > old:
+            self._emb = np.concatenate([self._emb[:old], self._embed(dist[old:n])])
+        else:
+            self._emb = self._emb[:n]
+        self.n = n
+        self._emb_norms = np.einsum("ij,ij->i", self._emb, self._emb)
+        sq = self._sq_dist(self._emb, self._emb, self._emb_norms)
+        if self.fixed_length_scale:
+            self.length_scale = float(self.fixed_length_scale)
+        else:
+            if n <= 300:
+                upper = sq[np.triu_indices(n, 1)]
+            else:  # the median of 40,000 random pairs
+                rng = np.random.default_rng(n)
+                i = rng.integers(0, n, 40_000)
+                j = rng.integers(0, n, 40_000)
+                upper = sq[i[i != j], j[i != j]]
+            upper = upper[upper > 0]
+            self.length_scale = max(1e-3, float(np.sqrt(np.median(upper)))) if upper.size else 1.0
+        y = np.asarray(y, dtype=np.float64)
+        self.y_mean = float(y.mean())
+        self.y_std = max(float(y.std()), 1e-3)
+        z = (y - self.y_mean) / self.y_std
+        counts = np.ones(n) if counts is None else np.asarray(counts, dtype=np.float64)
+        k = np.exp(-sq / self.length_scale ** 2)
+        k[np.diag_indices(n)] = 1.0 + self.noise / counts
+        jitter = 0.0
+        for _attempt in range(12):
+            try:
+                chol = _cholesky(k if jitter == 0 else k + jitter * np.eye(n))
+                break
+            except np.linalg.LinAlgError:
+                jitter = 1e-8 if jitter == 0 else jitter * 10
+        else:  # pragma: no cover - positive semi-definite plus noise: never reached
+            w, v = np.linalg.eigh(k)
+            chol = _cholesky((v * np.maximum(w, 1e-6)) @ v.T)
+        self.jitter = jitter
+        self._chol = chol
+        self._alpha = _solve_lower(chol, _solve_lower(chol, z), transpose=True)
+
+    def predict(self, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation (in target units) at points with the given distances (m, n)
+        to the training architectures."""
+        m = dist.shape[0]
+        if self.n == 0:
+            return np.zeros(m), np.ones(m)
+        emb = self._embed(np.asarray(dist, dtype=np.float32))
+        k = np.exp(-self._sq_dist(emb, self._emb, self._emb_norms) / self.length_scale ** 2)
+        mean = k @ self._alpha
+        v = _solve_lower(self._chol, k.T)
+        var = np.clip(1.0 - np.einsum("ij,ij->j", v, v), 1e-12, None)
+        return self.y_mean + self.y_std * mean, self.y_std * np.sqrt(var)
+
+
+try:  # optional: keep the search to one BLAS thread (it runs beside training on the same cores)
+    from threadpoolctl import threadpool_limits as _threadpool_limits
+except ImportError:  # pragma: no cover - depends on the environment
+    _threadpool_limits = None
+
+_openblas: list[tuple[Any, Any]] | None = None
+
+
+def _openblas_controls() -> list[tuple[Any, Any]]:
+    """(get_num_threads, set_num_threads) of every OpenBLAS loaded in this process (Linux)."""
+    global _openblas
+    if _openblas is None:
+        found = []
+        try:
+            with open("/proc/self/maps", encoding="utf-8") as fh:
+                paths = sorted({line.split()[-1] for line in fh
+                                if "openblas" in line.rsplit("/", 1)[-1].lower() and "/" in line})
+        except OSError:
+            paths = []
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ("scipy_openblas", "openblas"):
+                for suffix in ("64_", ""):
+                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                    put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                    if get is not None and put is not None:
+                        found.append((get, put))
+                        break
+                else:
+                    continue
+                break
+        _openblas = found
+    return _openblas
+
+
+@contextlib.contextmanager
+def _blas_single_thread():
+    """Run the search's linear algebra on one BLAS thread.
+
+    The search runs beside training on the same cores; there a multi-threaded OpenBLAS spins for its
+    share of busy cores, and a 50x50 triangular solve took 24 ms instead of 20 us, a 1,000 x 1,000
+    Cholesky 0.6 s instead of 60 ms (2-core machine under load). Uses threadpoolctl when installed,
+    else OpenBLAS's own setter (process-wide while the block runs)."""
+    if _threadpool_limits is not None:
+        with _threadpool_limits(limits=1, user_api="blas"):
+            yield
+        return
+    controls = _openblas_controls()
+    saved = [(put, get()) for get, put in controls]
+    for put, _n in saved:
+        put(1)
+    try:
+        yield
+    finally:
+        for put, n in saved:
+            put(n)
+
+
+try:  # scipy (in the train extra) is several times faster here than numpy's general solvers
+    from scipy.linalg import LinAlgError as _ScipyLinAlgError
+    from scipy.linalg import cholesky as _scipy_cholesky
+    from scipy.linalg import solve_triangular as _solve_triangular
+except ImportError:  # pragma: no cover - exercised only without scipy
+    _scipy_cholesky = None
+
+
+def _cholesky(k: np.ndarray) -> np.ndarray:
+    if _scipy_cholesky is None:  # pragma: no cover
+        return np.linalg.cholesky(k)
+    try:
+        return _scipy_cholesky(k, lower=True, check_finite=False)
+    except _ScipyLinAlgError as exc:
+        raise np.linalg.LinAlgError(str(exc)) from exc
+
+
+def _solve_lower(chol: np.ndarray, b: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """chol^-1 b (or chol^-T b)."""
+    if _scipy_cholesky is None:  # pragma: no cover
+        return np.linalg.solve(chol.T if transpose else chol, b)
+    return _solve_triangular(chol, b, lower=True, trans=1 if transpose else 0, check_finite=False)
+
+
+class ArchitectureSearch:
+    """Proposes architectures: the seed first, then morphed children chosen by GP-UCB + annealing."""
+
+    def __init__(self, seed_graph: Graph, rng_seed: int = 0, max_layers: int | None = None,
+                 max_params: int | None = None, max_filters: int | None = None, beta: float = BETA,
+                 n_neighbours: int = 8, max_expansions: int = 12, max_pops: int = 48, max_chain: int = 2,
+                 t_min: float = 1e-4, anneal: float = 0.9, noise: float = 1e-2, skip_weight: float = 1.0,
+                 length_scale: float | None = None) -> None:
+        seed_graph.validate()
+        self.seed_graph = seed_graph.copy()
+        self.seed_hash = seed_graph.hash()
+        self.rng_seed = rng_seed
+        self.max_layers = max_layers
+        self.max_params = max_params
+        self.max_filters = max_filters
+        self.beta = beta
+        self.n_neighbours = n_neighbours
+        self.max_expansions = max_expansions
+        self.max_pops = max_pops
+        self.max_chain = max_chain
+        self.t_min = t_min
+        self.anneal = anneal
+        self.skip_weight = skip_weight
+        self.gp = GaussianProcess(noise=noise, length_scale=length_scale)
+        self._rng = random.Random(rng_seed)
+        self._archs: dict[str, _Arch] = {}          # every proposed or registered architecture
+        self._order: list[str] = []                 # in proposal/registration order
+        self._obs: dict[str, list[float]] = {}      # arch hash -> accuracies observed
+        self._obs_index: dict[str, int] = {}        # arch hash -> row in the distance matrix
+        self._obs_hashes: list[str] = []
+        self._bank = DescriptorBank()
+        self._dist = np.zeros((0, 0), dtype=np.float32)
+        self._fitted_at = -1                        # number of observations at the last fit
+        self._n_obs_total = 0
+        self._inbox: list[tuple[str, Any]] = []
+        self._inbox_lock = threading.Lock()
+        self._search_lock = threading.RLock()
+        self._known: set[str] = set()
+        self.proposals = 0
+
+    # ---- feeding ------------------------------------------------------------------------------
+    @property
+    def known_hashes(self) -> frozenset[str]:
+        with self._inbox_lock:
+            return frozenset(self._known)
+
+    def register(self, graph: Graph, parent_hash: str | None = None, morphisms: Sequence[str] = (),
+                 arch_hash: str | None = None) -> str:
+        """Record an architecture proposed earlier (resume) so that it is never proposed again."""
+        h = arch_hash or graph.hash()
+        with self._inbox_lock:
+            if h not in self._known:
+                self._known.add(h)
+                self._inbox.append(("register", (h, graph, parent_hash, list(morphisms))))
+        return h
+
+    def observe(self, arch_hash: str, accuracy: float, graph: Graph | None = None) -> None:
+        """The accuracy a trial of architecture `arch_hash` reached. Repeated observations of one
+        architecture are aggregated, never treated as separate points."""
+        acc = float(accuracy)
+        if not math.isfinite(acc):
+            raise ValueError(f"accuracy must be finite, got {accuracy!r}")
+        if arch_hash not in self._known:
+            if graph is None:
+                raise KeyError(f"unknown architecture {arch_hash[:12]}: register() it or pass its graph")
+            self.register(graph, arch_hash=arch_hash)
+        with self._inbox_lock:
+            self._inbox.append(("observe", (arch_hash, acc)))
+
+    @classmethod
+    def from_history(cls, seed_graph: Graph, history: Iterable[Mapping[str, Any]], **kwargs: Any) -> ArchitectureSearch:
+        """Rebuild from records in proposal order: {"graph": Graph | json, "parent_hash", "morphisms",
+        "accuracy" (optional; None or absent when the trial did not finish), "arch_hash" (optional)}."""
+        search = cls(seed_graph, **kwargs)
+        count = 0
+        for rec in history:
+            g = rec["graph"]
+            if not isinstance(g, Graph):
+                g = Graph.from_json(g)
+            h = search.register(g, rec.get("parent_hash"), rec.get("morphisms") or (), rec.get("arch_hash"))
+            if rec.get("accuracy") is not None:
+                search.observe(h, rec["accuracy"])
+            count += 1
+        # do not replay the random stream of the run before the kill
+        search._rng = random.Random(f"{search.rng_seed}:{count}")
+        return search
+
+    def _drain(self) -> None:
+        with self._inbox_lock:
+            items, self._inbox = self._inbox, []
+        for kind, payload in items:
+            if kind == "register":
+                h, graph, parent, ops = payload
+                if h not in self._archs:
+                    self._archs[h] = _Arch(graph.copy(), parent, ops)
+                    self._order.append(h)
+            else:
+                h, acc = payload
+                self._add_observation(h, acc)
+
+    def _descriptor(self, h: str) -> Descriptor:
+        arch = self._archs[h]
+        if arch.descriptor is None:
+            arch.descriptor = describe(arch.graph)
+        return arch.descriptor
+
+    def _add_observation(self, h: str, acc: float) -> None:
+        self._n_obs_total += 1
+        if h in self._obs:
+            self._obs[h].append(acc)
+            return
+        desc = self._descriptor(h)
+        row = self._bank.distances([desc], self.skip_weight)[0]  # distances to the n already observed
+        n = len(self._obs_hashes)
+        if n >= len(self._dist):
+            cap = max(16, 2 * len(self._dist))
+            grown = np.zeros((cap, cap), dtype=np.float32)
+            grown[:n, :n] = self._dist[:n, :n]
+            self._dist = grown
+        self._dist[n, :n] = row
+        self._dist[:n, n] = row
+        self._dist[n, n] = 0.0
+        self._bank.add(desc)
+        self._obs[h] = [acc]
+        self._obs_index[h] = n
+        self._obs_hashes.append(h)
+
+    # ---- model --------------------------------------------------------------------------------
+    def _refit(self) -> None:
+        if self._fitted_at == self._n_obs_total:
+            return
+        n = len(self._obs_hashes)
+        y = np.array([sum(self._obs[h]) / len(self._obs[h]) for h in self._obs_hashes])
+        counts = np.array([len(self._obs[h]) for h in self._obs_hashes], dtype=np.float64)
+        self.gp.fit(self._dist[:n, :n], y, counts, incremental=True)
+        self._fitted_at = self._n_obs_total
+
+    def _acquisition(self, descs: Sequence[Descriptor]) -> np.ndarray:
+        if not descs:
+            return np.zeros(0)
+        if not self._obs_hashes:
+            return np.zeros(len(descs))
+        dist = self._bank.distances(descs, self.skip_weight)
+        mean, std = self.gp.predict(dist)
+        return mean + self.beta * std
+
+    def predict(self, graphs: Sequence[Graph]) -> tuple[np.ndarray, np.ndarray]:
+        """GP mean and standard deviation of accuracy for the given graphs (diagnostics, tests)."""
+        with self._search_lock, _blas_single_thread():
+            self._drain()
+            self._refit()
+            if not self._obs_hashes:
+                return np.zeros(len(graphs)), np.ones(len(graphs))
+            return self.gp.predict(self._bank.distances([describe(g) for g in graphs], self.skip_weight))
+
+    def best(self) -> tuple[str, float] | None:
+        with self._search_lock:
+            self._drain()
+            if not self._obs:
+                return None
+            h = max(self._obs, key=lambda k: max(self._obs[k]))
+            return h, max(self._obs[h])
+
+    # ---- proposing ----------------------------------------------------------------------------
+    def _allowed(self, graph: Graph) -> bool:
+        if self.max_layers is not None and len(graph.layers) > self.max_layers:
+            return False
+        if self.max_params is not None and morphism.param_count(graph) > self.max_params:
+            return False
+        return True
+
+    def _neighbour(self, graph: Graph) -> tuple[Graph, dict[str, Any]] | None:
+        try:
+            return morphism.random_morphism(graph, self._rng, max_filters=self.max_filters, check=False)
+        except morphism.MorphismError:
+            return None
+
+    def _accept(self, h: str, graph: Graph, parent: str | None, ops: list[str], details: list[dict[str, Any]],
+                acq: float | None) -> Proposal:
+        with self._inbox_lock:
+            self._known.add(h)
+        self._archs[h] = _Arch(graph, parent, list(ops))
+        self._order.append(h)
+        self.proposals += 1
+        return Proposal(graph.copy(), parent, list(ops), h, details, acq)
+
+    def propose(self) -> Proposal | None:
+        """The next architecture to train; None when no new architecture can be found."""
+        with self._search_lock, _blas_single_thread():
+            self._drain()
+            if self.seed_hash not in self._archs and self.seed_hash not in self._known:
+                return self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None)
+            self._refit()
+            found = self._anneal()
+            if found is None:
+                found = self._random_fallback()
+            return found
+
+    def _anneal(self) -> Proposal | None:
+        counter = itertools.count()
+        heap: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+        if self._obs_hashes:
+            for h in self._obs_hashes:
+                value = sum(self._obs[h]) / len(self._obs[h])
+                heapq.heappush(heap, (-value, next(counter), self._archs[h].graph, h, [], []))
+        else:
+            for h in self._order:
+                heapq.heappush(heap, (0.0, next(counter), self._archs[h].graph, h, [], []))
+        candidates: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+        best_acq = -math.inf
+        t = 1.0
+        pops = expansions = 0
+        while heap and t > self.t_min and pops < self.max_pops and expansions < self.max_expansions:
+            neg_value, _, graph, root, ops, details = heapq.heappop(heap)
+            pops += 1
+            value = -neg_value
+            exponent = min((value - best_acq) / t, 1.0) if best_acq > -math.inf else 1.0
+            if len(ops) < self.max_chain and math.exp(exponent) >= self._rng.uniform(0, 1):
+                expansions += 1
+                children = []
+                for _ in range(self.n_neighbours):
+                    made = self._neighbour(graph)
+                    if made is None:
+                        continue
+                    child, desc = made
+                    if not self._allowed(child):
+                        continue
+                    children.append((child, desc))
+                if children:
+                    acq = self._acquisition([describe(c) for c, _ in children])
+                    for (child, desc), a in zip(children, acq, strict=True):
+                        item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc])
+                        heapq.heappush(heap, item)
+                        candidates.append(item)
+                        best_acq = max(best_acq, float(a))
+            t *= self.anneal
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        with self._inbox_lock:
+            known = set(self._known)
+        for neg_acq, _, graph, root, ops, details in candidates:
+            h = graph.hash()
+            if h in known:
+                continue
+            graph.validate()  # morphisms are valid by construction; checked once on the chosen one
+            return self._accept(h, graph, root, ops, details, -neg_acq)
+        return None
+
+    def _random_fallback(self, attempts: int = 200) -> Proposal | None:
+        """Random morphism chains from random known architectures (when annealing found nothing new)."""
+        with self._inbox_lock:
+            known = set(self._known)
+        pool = self._obs_hashes or self._order
+        for attempt in range(attempts):
+            root = self._rng.choice(pool)
+            graph, ops, details = self._archs[root].graph, [], []
+            for _ in range(1 + attempt // 20):
+                made = self._neighbour(graph)
+                if made is None:
+                    break
+                graph, desc = made
+                ops.append(desc["op"])
+                details.append(desc)
+            if not ops or not self._allowed(graph):
+                continue
+            h = graph.hash()
+            if h not in known:
+                graph.validate()
+                acq = float(self._acquisition([describe(graph)])[0])
+                return self._accept(h, graph, root, ops, details, acq)
+        return None
+
+
+__all__ = ["BETA", "ArchitectureSearch", "GaussianProcess", "Proposal"]
