@@ -1,0 +1,392 @@
+"""Datasets of a trial: `smoke` (generated), `cifar` and `imagenet` (ImageFolder directories).
+
+Every loader yields `(images, labels)`: images as **uint8** `(N, 3, H, W)` tensors and labels as
+int64. Conversion to float and normalisation happen on the training device (`Normalizer`), which
+keeps host-to-device copies 4x smaller and the data-loading workers light.
+
+Sharding across the processes of a data-parallel trial:
+
+- training: `DistributedSampler` (shuffled per epoch with `set_epoch`, padded so that every rank
+  runs the same number of steps, as DDP requires); the images a rank trains are counted exactly,
+  so the epoch's `images_trained` is the sum over ranks of what was really trained.
+- validation: `ExactShardSampler` splits the indices without padding or duplicates (rank r gets
+  r, r+W, r+2W, ...), so summing the per-rank counts gives exactly the validation set's size.
+
+`smoke` is generated from a seed with numpy using only +, -, *, /, floor, abs and sqrt (no
+transcendental functions, no Gaussian sampling), so it is bit-identical on every rank, node and
+platform; it is generated once per process and kept as a uint8 tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+
+DATASETS = ("smoke", "cifar", "imagenet")
+
+# Per-channel mean and std of each dataset on the [0, 1] scale.
+MEAN_STD: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "smoke": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+    "cifar": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+SMOKE_DEFAULTS = {"train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 32}
+
+
+class DataError(ValueError):
+    """A dataset that cannot be used (missing directory, wrong class count, ...)."""
+
+
+# ---- the generated `smoke` dataset ---------------------------------------------------------------
+
+SMOKE_LABEL_NOISE = 0.03
+SMOKE_PATTERNS = ("disk", "ring", "square", "frame", "cross", "hstripes", "vstripes",
+                  "dstripes", "checker", "triangle")
+
+
+def _smoke_masks(kind: str, rng: np.random.Generator, n: int, size: int) -> np.ndarray:
+    """Soft masks in [0, 1] of shape (n, size, size) for one pattern, randomly placed and sized."""
+    coord = (np.arange(size, dtype=np.float64) + 0.5) / size  # pixel centres in (0, 1)
+    y = coord[None, :, None]
+    x = coord[None, None, :]
+    px = 1.0 / size  # one pixel, for anti-aliased edges
+
+    def col(a: np.ndarray) -> np.ndarray:
+        return a[:, None, None]
+
+    def edge(d: np.ndarray) -> np.ndarray:
+        """Signed distance (negative inside) -> soft inside mask."""
+        return np.clip(0.5 - d / px, 0.0, 1.0)
+
+    cx = col(rng.uniform(0.35, 0.65, n))
+    cy = col(rng.uniform(0.35, 0.65, n))
+    r = col(rng.uniform(0.22, 0.33, n))
+    dx, dy = x - cx, y - cy
+    if kind == "disk":
+        return edge(np.sqrt(dx * dx + dy * dy) - r)
+    if kind == "ring":
+        width = r * 0.35
+        return edge(np.abs(np.sqrt(dx * dx + dy * dy) - r * 0.8) - width / 2)
+    if kind == "square":
+        return edge(np.maximum(np.abs(dx), np.abs(dy)) - r * 0.85)
+    if kind == "frame":
+        return edge(np.abs(np.maximum(np.abs(dx), np.abs(dy)) - r * 0.75) - r * 0.15)
+    if kind == "cross":
+        arm = r * 0.28
+        horizontal = np.maximum(np.abs(dy) - arm, np.abs(dx) - r)
+        vertical = np.maximum(np.abs(dx) - arm, np.abs(dy) - r)
+        return edge(np.minimum(horizontal, vertical))
+    if kind == "triangle":
+        # Upright isosceles triangle: apex above the centre, base below it.
+        h = r * 1.9
+        top = cy - h / 2
+        t = (y - top) / h  # 0 at the apex, 1 at the base
+        half = t * r * 1.1
+        inside = np.maximum(np.maximum(-t, t - 1.0) * h, np.abs(dx) - half)
+        return edge(inside)
+    # Textures over the whole image: period 4-8 px, random phase.
+    period = col(rng.uniform(4.0, 8.0, n)) / size
+    phase = col(rng.uniform(0.0, 1.0, n))
+
+    def wave(u: np.ndarray) -> np.ndarray:
+        """Square wave with soft edges: 1 on the first half of each period."""
+        f = u / period + phase
+        frac = f - np.floor(f)
+        d = (np.abs(frac - 0.25) - 0.25) * period  # distance to the band (negative inside)
+        return edge(d)
+
+    if kind == "hstripes":
+        return wave(y + 0 * x)
+    if kind == "vstripes":
+        return wave(x + 0 * y)
+    if kind == "dstripes":
+        sign = col(np.where(rng.uniform(0.0, 1.0, n) < 0.5, -1.0, 1.0))
+        return wave((x + sign * y) / math.sqrt(2.0))
+    if kind == "checker":
+        a = wave(x + 0 * y)
+        b = wave(y + 0 * x)
+        return a * (1 - b) + b * (1 - a)
+    raise ValueError(f"unknown smoke pattern {kind!r}")
+
+
+def generate_smoke(n: int, *, num_classes: int = 10, image_size: int = 32, seed: int = 0,
+                   split: str = "train", label_noise: float = SMOKE_LABEL_NOISE) -> tuple[np.ndarray, np.ndarray]:
+    """`n` images (uint8, (n, 3, H, W)) and labels (int64) of the smoke dataset.
+
+    Class c is pattern SMOKE_PATTERNS[c] drawn with random position, size, colours and phase,
+    plus per-pixel noise. Classes are balanced. A fraction `label_noise` of the images carry
+    another class's label, so no model reaches 100 % (a regulated score needs accuracy < 1).
+    Same arguments, same bytes, everywhere.
+    """
+    if not 2 <= num_classes <= len(SMOKE_PATTERNS):
+        raise DataError(f"smoke dataset has 2 to {len(SMOKE_PATTERNS)} classes, not {num_classes}")
+    if image_size < 8:
+        raise DataError(f"smoke images must be at least 8 pixels wide, not {image_size}")
+    split_id = {"train": 0, "val": 1}[split]
+    rng = np.random.Generator(np.random.PCG64([int(seed), split_id, num_classes, image_size]))
+    labels = (np.arange(n) % num_classes).astype(np.int64)
+    labels = labels[rng.permutation(n)]
+    images = np.empty((n, 3, image_size, image_size), dtype=np.uint8)
+    chunk = max(1, (1 << 22) // (image_size * image_size))  # bounded memory for large images
+    for start in range(0, n, chunk):
+        lab = labels[start:start + chunk]
+        m = len(lab)
+        masks = np.empty((m, image_size, image_size))
+        for c in range(num_classes):
+            idx = np.flatnonzero(lab == c)
+            if len(idx):
+                masks[idx] = _smoke_masks(SMOKE_PATTERNS[c], rng, len(idx), image_size)
+        # Foreground and background colours with a guaranteed brightness gap, random polarity.
+        dark = rng.uniform(0.0, 0.4, (m, 3))
+        light = rng.uniform(0.6, 1.0, (m, 3))
+        swap = rng.uniform(0.0, 1.0, (m, 1)) < 0.5
+        fg = np.where(swap, dark, light).astype(np.float32)[:, :, None, None]
+        bg = np.where(swap, light, dark).astype(np.float32)[:, :, None, None]
+        img = bg + (fg - bg) * masks.astype(np.float32)[:, None]
+        # Noise: sum of two uniforms (triangular, std ~0.12), independent per channel.
+        shape = img.shape
+        img += (rng.random(shape, dtype=np.float32) + rng.random(shape, dtype=np.float32) - np.float32(1.0)) \
+            * np.float32(0.3)
+        np.clip(img, 0.0, 1.0, out=img)
+        img *= np.float32(255.0)
+        img += np.float32(0.5)
+        images[start:start + m] = np.floor(img).astype(np.uint8)
+    # Label noise, drawn after the images: relabel a fixed fraction to a different class.
+    flip = rng.permutation(n)[:int(round(label_noise * n))]
+    labels = labels.copy()
+    labels[flip] = (labels[flip] + rng.integers(1, num_classes, len(flip))) % num_classes
+    return images, labels
+
+
+@functools.lru_cache(maxsize=4)
+def smoke_tensors(n: int, num_classes: int, image_size: int, seed: int,
+                  split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smoke split as (uint8 images, int64 labels) tensors, generated once per process."""
+    images, labels = generate_smoke(n, num_classes=num_classes, image_size=image_size, seed=seed, split=split)
+    return torch.from_numpy(images), torch.from_numpy(labels)
+
+
+def smoke_digest(images: torch.Tensor, labels: torch.Tensor) -> str:
+    """SHA-256 of a split's bytes: equal on every rank and node for the same configuration."""
+    h = hashlib.sha256()
+    h.update(images.numpy().tobytes())
+    h.update(labels.numpy().tobytes())
+    return h.hexdigest()
+
+
+# ---- samplers and loaders -------------------------------------------------------------------------
+
+class ExactShardSampler(Sampler[int]):
+    """Rank r of W gets indices r, r+W, r+2W, ... of range(n): no padding, no duplicates."""
+
+    def __init__(self, n: int, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world of {world_size}")
+        self.n, self.rank, self.world_size = n, rank, world_size
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.n, self.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world_size))
+
+
+class TensorLoader:
+    """Batches of an in-memory (uint8 images, labels) pair in the order of a sampler.
+
+    One `index_select` per batch (no per-sample collation). With a CUDA `device` the tensors are
+    moved there once, so batches never cross the bus.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                 sampler: Sampler[int] | Sequence[int], device: torch.device | None = None,
+                 drop_singleton: bool = False) -> None:
+        if device is not None and device.type != "cpu":
+            images, labels = images.to(device), labels.to(device)
+        self.images, self.labels = images, labels
+        self.batch_size = int(batch_size)
+        self.sampler = sampler
+        self.drop_singleton = drop_singleton
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        batches = -(-n // self.batch_size)
+        if self.drop_singleton and n % self.batch_size == 1 and n > 1:
+            batches -= 1
+        return batches
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        index = torch.as_tensor(list(self.sampler), dtype=torch.long, device=self.images.device)
+        for i in range(len(self)):
+            b = index[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.images.index_select(0, b), self.labels.index_select(0, b)
+
+
+class FolderLoader:
+    """A DataLoader over an ImageFolder plus `set_epoch`, dropping a final batch of one image.
+
+    (BatchNorm cannot normalise a batch of one image whose feature maps are 1x1.)
+    """
+
+    def __init__(self, loader: DataLoader, drop_singleton: bool = False) -> None:
+        self.loader = loader
+        self.drop_singleton = drop_singleton
+        n = len(loader.sampler)  # type: ignore[arg-type]
+        self._singleton = drop_singleton and n > 1 and n % loader.batch_size == 1  # type: ignore[operator]
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.loader.sampler, "set_epoch"):
+            self.loader.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader) - int(self._singleton)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        last = len(self)
+        for i, batch in enumerate(self.loader):
+            if i == last:
+                break
+            yield batch
+
+
+class Normalizer:
+    """uint8 (N, 3, H, W) on any device -> normalised float32 on `device`."""
+
+    def __init__(self, dataset: str, device: torch.device, channels_last: bool = False) -> None:
+        mean, std = MEAN_STD[dataset]
+        self.device = device
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255.0
+        self.inv_std = 1.0 / (torch.tensor(std, device=device).view(1, 3, 1, 1) * 255.0)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.non_blocking = device.type == "cuda"
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.to(self.device, non_blocking=self.non_blocking)
+        x = x.to(dtype=torch.float32, memory_format=self.memory_format)
+        return x.sub_(self.mean).mul_(self.inv_std)
+
+
+# ---- configuration from trial.json -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a trial trains on."""
+
+    name: str  # "smoke", "cifar" or "imagenet"
+    num_classes: int
+    image_size: int
+    root: str | None = None  # ImageFolder root with train/ and val/ (cifar, imagenet)
+    train_images: int | None = None  # smoke sizes
+    val_images: int | None = None
+    seed: int = 0  # smoke generation seed (the run's dataset, not the trial's seed)
+
+    @classmethod
+    def from_trial(cls, trial: dict[str, Any]) -> DataSpec:
+        """From trial.json: `dataset` (as in run.json), `preset`, `data`, `num_classes`, `image_size`."""
+        ds = dict(trial.get("dataset") or {})
+        name = ds.get("name") or trial.get("preset") or "smoke"
+        if name not in DATASETS:
+            raise DataError(f"unknown dataset {name!r} (expected one of {', '.join(DATASETS)})")
+        num_classes = int(trial.get("num_classes") or ds.get("classes") or SMOKE_DEFAULTS["classes"])
+        image_size = int(trial.get("image_size") or ds.get("image_size") or SMOKE_DEFAULTS["image_size"])
+        if name == "smoke":
+            return cls(name, num_classes, image_size,
+                       train_images=int(ds.get("train_images") or SMOKE_DEFAULTS["train_images"]),
+                       val_images=int(ds.get("val_images") or SMOKE_DEFAULTS["val_images"]),
+                       seed=int(ds.get("seed", 0)))
+        root = trial.get("data") or ds.get("root")
+        if not root:
+            raise DataError(f"dataset {name!r} needs a data directory (--data) with train/ and val/ inside")
+        return cls(name, num_classes, image_size, root=str(root))
+
+
+def folder_transforms(name: str, image_size: int) -> tuple[Any, Any]:
+    """Train and validation transforms (PIL -> uint8 tensor) of the torchvision references."""
+    from torchvision.transforms import v2 as T
+
+    to_uint8 = [T.PILToTensor()]
+    if name == "imagenet":
+        resize = int(round(image_size * 256 / 224))
+        train = T.Compose([T.RandomResizedCrop(image_size, antialias=True), T.RandomHorizontalFlip(), *to_uint8])
+        val = T.Compose([T.Resize(resize, antialias=True), T.CenterCrop(image_size), *to_uint8])
+    else:  # cifar
+        pad = max(1, image_size // 8)
+        train = T.Compose([T.Resize(image_size, antialias=True), T.RandomCrop(image_size, padding=pad),
+                           T.RandomHorizontalFlip(), *to_uint8])
+        val = T.Compose([T.Resize(image_size, antialias=True), T.CenterCrop(image_size), *to_uint8])
+    return train, val
+
+
+def default_workers(local_world_size: int = 1) -> int:
+    """Data-loading worker processes per rank: $AIPERF_DATA_WORKERS, else the rank's share of CPUs."""
+    env = os.environ.get("AIPERF_DATA_WORKERS")
+    if env is not None and env != "":
+        return max(0, int(env))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(16, cpus // max(1, local_world_size) - 1))
+
+
+@dataclass
+class TrialData:
+    train: TensorLoader | FolderLoader
+    val: TensorLoader | FolderLoader
+    train_size: int  # images in the whole training set
+    val_size: int  # images in the whole validation set
+    normalizer: Normalizer
+
+
+def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: int = 1,
+               device: torch.device | None = None, shuffle_seed: int = 0, local_world_size: int = 1,
+               workers: int | None = None, channels_last: bool = False) -> TrialData:
+    """Loaders of this rank's shard: shuffled training, exact-shard validation."""
+    device = device or torch.device("cpu")
+    normalizer = Normalizer(spec.name, device, channels_last)
+    if spec.name == "smoke":
+        train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
+        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
+        train_sampler = DistributedSampler(range(len(train_y)), num_replicas=world_size, rank=rank,
+                                           shuffle=True, seed=shuffle_seed)
+        train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True)
+        val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
+        return TrialData(train, val, len(train_y), len(val_y), normalizer)
+
+    from torchvision.datasets import ImageFolder
+
+    root = Path(spec.root or "")
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise DataError(f"{spec.name}: no {split}/ directory under {root} (ImageFolder layout expected: "
+                            f"{root}/{split}/<class>/<image>)")
+    train_tf, val_tf = folder_transforms(spec.name, spec.image_size)
+    train_set = ImageFolder(str(root / "train"), transform=train_tf)
+    val_set = ImageFolder(str(root / "val"), transform=val_tf)
+    if len(train_set.classes) != spec.num_classes:
+        raise DataError(f"{root}/train has {len(train_set.classes)} classes, the trial expects {spec.num_classes}")
+    if val_set.classes != train_set.classes:
+        raise DataError(f"{root}/val and {root}/train have different class folders")
+    workers = default_workers(local_world_size) if workers is None else workers
+    pin = device.type == "cuda"
+    common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
+                              "persistent_workers": workers > 0}
+    train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
+    train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)
+    val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
+    return TrialData(train, val, len(train_set), len(val_set), normalizer)

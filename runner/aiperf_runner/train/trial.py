@@ -1,0 +1,630 @@
+"""One trial: train a graph for its epoch budget, data-parallel, and log every epoch.
+
+    python -m aiperf_runner.train.trial TRIAL_DIR --attempt N [--nproc K]
+
+TRIAL_DIR holds `graph.json`, `hparams.json` and `trial.json` (docs/internals.md, "Trial
+program"). Processes: one per device. Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT) or `srun` (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master is the first node
+of the step) the program joins that process group; otherwise, with `--nproc K > 1`, it spawns K
+local processes itself. gloo on CPU, NCCL on CUDA.
+
+Rank 0 appends to TRIAL_DIR/events.jsonl: `epoch_end` after every epoch, `trial_result` at the
+end, `trial_error` (and a non-zero exit) on an exception. After every epoch it writes
+TRIAL_DIR/checkpoint.pt (model, optimizer, scaler, early-stopping state and the epoch's
+`epoch_end` record) *before* logging the epoch; a later attempt resumes from it, first logging
+that record if the crash came between the two. So no epoch is trained or logged twice.
+
+The loop follows torchvision's classification reference: SGD with momentum 0.9, weight decay,
+label smoothing, a learning rate decayed (cosine, per iteration, after a short linear warm-up)
+over the trial's own epoch budget, evaluation on the whole validation set every epoch, early
+stopping on validation loss. Per step the loop does no host-device synchronisation: losses are
+summed on the device and read once per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from aiperf_runner.spec.eventlog import EventWriter, iter_events
+from aiperf_runner.spec.graph import Graph
+
+from .builder import build_module
+from .data import DataSpec, Normalizer, TrialData, build_data
+from .precision import Precision, setup_precision
+
+CHECKPOINT = "checkpoint.pt"
+EVENTS = "events.jsonl"
+CHECKPOINT_FORMAT = "aiperf-checkpoint/1"
+MOMENTUM = 0.9
+
+
+class TrialError(RuntimeError):
+    """A trial that cannot run as configured (bad files, inconsistent resume state)."""
+
+
+# ---- configuration ------------------------------------------------------------------------------
+
+@dataclass
+class TrialConfig:
+    trial: str
+    graph: Graph
+    data: DataSpec
+    epoch_budget: int
+    precision: str
+    seed: int
+    device_type: str
+    patience: int | None  # early stopping on validation loss; None = off
+    batch_size: int  # per device
+    lr: float
+    weight_decay: float
+    label_smoothing: float
+    dropout: float
+    channels_last: bool | None = None  # None: on for CUDA
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, trial_dir: Path) -> TrialConfig:
+        def read(name: str) -> dict[str, Any]:
+            path = trial_dir / name
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    return json.load(fh)
+            except FileNotFoundError:
+                raise TrialError(f"{path} is missing") from None
+            except ValueError as exc:
+                raise TrialError(f"{path} is not valid JSON: {exc}") from None
+
+        trial, hp, graph_json = read("trial.json"), read("hparams.json"), read("graph.json")
+        graph = Graph.from_json(graph_json)
+        graph.validate()
+        data = DataSpec.from_trial(trial)
+        want = (3, data.image_size, data.image_size)
+        if tuple(graph.input_shape) != want:
+            raise TrialError(f"graph input shape {list(graph.input_shape)} does not match the dataset's "
+                             f"images {list(want)}")
+        patience = trial.get("early_stopping_patience")
+        cfg = cls(
+            trial=str(trial.get("trial") or trial_dir.name),
+            graph=graph,
+            data=data,
+            epoch_budget=int(trial["epoch_budget"]),
+            precision=str(trial.get("precision", "fp32")),
+            seed=int(trial.get("seed", 0)),
+            device_type=str(trial.get("device_type", "cpu")),
+            patience=int(patience) if patience else None,
+            batch_size=int(hp.get("batch_size", 32)),
+            lr=float(hp.get("lr", 0.1)),
+            weight_decay=float(hp.get("weight_decay", 5e-4)),
+            label_smoothing=float(hp.get("label_smoothing", 0.0)),
+            dropout=float(hp.get("dropout", 0.0)),
+            channels_last=trial.get("channels_last"),
+            hparams=hp,
+        )
+        if cfg.epoch_budget < 0 or cfg.batch_size < 1 or cfg.lr <= 0:
+            raise TrialError(f"bad trial settings: epoch_budget={cfg.epoch_budget} batch_size={cfg.batch_size} lr={cfg.lr}")
+        if cfg.device_type not in ("cpu", "cuda"):
+            raise TrialError(f"device_type must be 'cpu' or 'cuda', not {cfg.device_type!r}")
+        return cfg
+
+
+# ---- processes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the trial's process group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    source: str = "single"  # single / torchrun / slurm / spawn
+
+
+def _slurm_hostnames(nodelist: str) -> list[str]:
+    """Expand a SLURM node list ('n[1-3],gpu7') with `scontrol show hostnames`, or by hand."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.split()
+        if out:
+            return out
+    except (OSError, subprocess.SubprocessError):
+        pass
+    # Fallback for the simple forms: 'host', 'prefix[1-3,5]', 'a,b'. Only the first is needed.
+    first = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
+    if "[" in first:
+        prefix, rest = first.split("[", 1)
+        start = rest.rstrip("]").split(",")[0].split("-")[0]
+        return [prefix + start]
+    return [first]
+
+
+def _slurm_node_addr(node: str) -> str:
+    """The address SLURM reaches `node` at (NodeAddr), which may differ from its name."""
+    try:
+        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return node
+    for word in out.split():
+        if word.startswith("NodeAddr=") and len(word) > len("NodeAddr="):
+            return word[len("NodeAddr="):]
+    return node
+
+
+def _slurm_port(env: dict[str, str]) -> int:
+    job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    step = int(env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "0")) or 0)
+    return 20000 + (job * 31 + step) % 20000
+
+
+def detect_dist_env(env: dict[str, str] | None = None) -> DistEnv | None:
+    """The process group this process was launched into, or None when launched alone."""
+    env = dict(os.environ if env is None else env)
+    under_slurm = "SLURM_JOB_NODELIST" in env or "SLURM_NODELIST" in env
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+
+    def master_addr() -> str:
+        if env.get("MASTER_ADDR"):
+            return env["MASTER_ADDR"]
+        if under_slurm and nodelist:
+            return _slurm_node_addr(_slurm_hostnames(nodelist)[0])
+        return "127.0.0.1"
+
+    def master_port() -> int:
+        if env.get("MASTER_PORT"):
+            return int(env["MASTER_PORT"])
+        if under_slurm:
+            return _slurm_port(env)
+        raise TrialError("WORLD_SIZE is set but MASTER_PORT is not")
+
+    if "WORLD_SIZE" in env:  # torchrun, or any launcher that sets the torch variables
+        world = int(env["WORLD_SIZE"])
+        rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
+        local_rank = int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", rank)))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        return DistEnv(rank, world, local_rank, local_world, master_addr(), master_port(), "torchrun")
+    ntasks = int(env.get("SLURM_NTASKS", env.get("SLURM_NPROCS", "1")) or 1)
+    in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env  # srun, not the batch script itself
+    if ntasks > 1 and "SLURM_PROCID" in env and in_step:
+        rank = int(env["SLURM_PROCID"])
+        local_rank = int(env.get("SLURM_LOCALID", "0"))
+        nodes = int(env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES", "1")) or 1)
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
+        local_world = int(per_node.split("(")[0].split(",")[0]) if per_node[:1].isdigit() else -(-ntasks // nodes)
+        return DistEnv(rank, ntasks, local_rank, local_world, master_addr(), master_port(), "slurm")
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _device_for(cfg: TrialConfig, denv: DistEnv) -> torch.device:
+    if cfg.device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise TrialError("trial.json asks for device_type 'cuda' but CUDA is not available")
+        count = torch.cuda.device_count()
+        if denv.local_rank >= count:
+            raise TrialError(f"local rank {denv.local_rank} but only {count} CUDA device(s) visible")
+        torch.cuda.set_device(denv.local_rank)
+        return torch.device("cuda", denv.local_rank)
+    return torch.device("cpu")
+
+
+def _init_process_group(denv: DistEnv, device: torch.device) -> None:
+    if denv.world_size <= 1:
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    init = f"tcp://{denv.master_addr}:{denv.master_port}"
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend, init_method=init, rank=denv.rank, world_size=denv.world_size, **kwargs)
+
+
+def _all_sum(t: torch.Tensor, denv: DistEnv) -> torch.Tensor:
+    if denv.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def _broadcast_int(value: int, denv: DistEnv, device: torch.device) -> int:
+    if denv.world_size <= 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+# ---- learning rate ----------------------------------------------------------------------------
+
+class CosineSchedule:
+    """Per-iteration learning rate over the trial's epoch budget: linear warm-up, cosine to zero.
+
+    A pure function of progress in epochs (`epoch - 1 + step / steps_per_epoch`), so a resumed
+    attempt continues exactly where the checkpoint left off, even on a different number of devices.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, epoch_budget: int) -> None:
+        self.optimizer = optimizer
+        self.base_lr = base_lr
+        self.budget = max(1, epoch_budget)
+        self.warmup = min(1.0, 0.1 * self.budget)  # epochs
+
+    def factor(self, progress: float) -> float:
+        if progress < self.warmup:
+            return max(progress / self.warmup, 0.02)
+        p = min(1.0, (progress - self.warmup) / max(self.budget - self.warmup, 1e-9))
+        return 0.5 * (1.0 + math.cos(math.pi * p))
+
+    def set(self, progress: float) -> None:
+        lr = self.base_lr * self.factor(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+
+# ---- training and evaluation ------------------------------------------------------------------
+
+@dataclass
+class EpochTotals:
+    """One rank's totals, on the device (read once per epoch)."""
+
+    samples: int  # images this rank trained (host int: batch sizes are known without a sync)
+    loss_sum: torch.Tensor  # sum of per-batch mean loss x batch size
+
+
+def train_one_epoch(model: nn.Module, criterion: nn.Module, optimizer: torch.optim.Optimizer,
+                    data: TrialData, precision: Precision, scaler: torch.amp.GradScaler,
+                    schedule: CosineSchedule, epoch: int, device: torch.device) -> EpochTotals:
+    model.train()
+    data.train.set_epoch(epoch)
+    normalize: Normalizer = data.normalizer
+    steps = len(data.train)
+    loss_sum = torch.zeros((), dtype=torch.float32, device=device)
+    samples = 0
+    for step, (images, labels) in enumerate(data.train):
+        schedule.set(epoch - 1 + step / steps)
+        images = normalize(images)
+        labels = labels.to(device, non_blocking=True)
+        with precision.autocast():
+            output = model(images)
+            loss = criterion(output, labels)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        n = labels.shape[0]
+        loss_sum.add_(loss.detach().float(), alpha=n)
+        samples += n
+    return EpochTotals(samples, loss_sum)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: TrialData, precision: Precision, device: torch.device) -> torch.Tensor:
+    """This rank's shard of the validation set: tensor [images, correct, loss sum] (float64)."""
+    model.eval()
+    normalize = data.normalizer
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
+    for images, labels in data.val:
+        images = normalize(images)
+        labels = labels.to(device, non_blocking=True)
+        with precision.autocast():
+            output = model(images)
+        output = output.float()
+        totals[0] += labels.shape[0]
+        totals[1] += (output.argmax(dim=1) == labels).sum()
+        totals[2] += F.cross_entropy(output, labels, reduction="sum")
+    return totals
+
+
+# ---- checkpoint ---------------------------------------------------------------------------------
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Atomically: a crash leaves either the previous checkpoint or this one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@dataclass
+class Progress:
+    """What survives between attempts (in the checkpoint)."""
+
+    epoch: int = 0  # epochs completed
+    best_accuracy: float = 0.0
+    best_loss: float = math.inf
+    bad_epochs: int = 0
+    stop_reason: str | None = None  # "early_stop" once early stopping fired
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _logged_state(events_path: Path, trial: str) -> tuple[int, bool]:
+    """(last epoch with an epoch_end line, whether a trial_result line exists)."""
+    last, finished = 0, False
+    if not events_path.exists():
+        return last, finished
+    for ev in iter_events(events_path, allow_partial_tail=True):
+        d = ev.data
+        if d.get("trial", trial) != trial:
+            continue
+        if d["type"] == "epoch_end":
+            last = max(last, int(d["epoch"]))
+        elif d["type"] == "trial_result":
+            finished = True
+    return last, finished
+
+
+# ---- one process --------------------------------------------------------------------------------
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_trial(trial_dir: Path, attempt: int, denv: DistEnv) -> int:
+    """Run (or resume) the trial in this process; returns the exit status."""
+    trial_dir = Path(trial_dir)
+    is_main = denv.rank == 0
+    writer: EventWriter | None = None
+    trial_id = trial_dir.name
+    try:
+        if is_main:
+            writer = EventWriter(trial_dir / EVENTS)
+        cfg = TrialConfig.load(trial_dir)
+        trial_id = cfg.trial
+        device = _device_for(cfg, denv)
+        _init_process_group(denv, device)
+        _train(cfg, trial_dir, attempt, denv, device, writer)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure is logged, then reported by the exit status
+        traceback.print_exc()
+        if is_main:
+            try:
+                if writer is None:
+                    writer = EventWriter(trial_dir / EVENTS)
+                writer.append("trial_error", trial=trial_id, attempt=attempt,
+                              error=f"{type(exc).__name__}: {exc}"[:2000])
+            except Exception:  # noqa: BLE001 - the log itself is unusable; stderr has the traceback
+                traceback.print_exc()
+        return 1
+    finally:
+        if writer is not None:
+            writer.close()
+        if dist.is_available() and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, device: torch.device,
+           writer: EventWriter | None) -> dict[str, Any] | None:
+    is_main = denv.rank == 0
+    ckpt_path = trial_dir / CHECKPOINT
+    log = print if is_main else (lambda *a, **k: None)
+
+    # Where are we? Rank 0 reads the log and decides; everyone follows.
+    ckpt = load_checkpoint(ckpt_path)
+    status = 0  # 0 = train, 1 = already finished, 2 = inconsistent
+    if is_main:
+        logged, finished = _logged_state(trial_dir / EVENTS, cfg.trial)
+        done = int(ckpt["progress"]["epoch"]) if ckpt else 0
+        if finished:
+            status = 1
+        elif logged > done:
+            status = 2
+        elif ckpt and done > logged and done == logged + 1:
+            # Crashed between saving the checkpoint and logging its epoch: log it now, once.
+            assert writer is not None
+            writer.append("epoch_end", **ckpt["epoch_record"])
+        elif ckpt and done > logged + 1:
+            status = 2
+    status = _broadcast_int(status, denv, device)
+    if status == 1:
+        log(f"trial {cfg.trial}: already finished (trial_result logged); nothing to do", flush=True)
+        if is_main and ckpt_path.exists():
+            ckpt_path.unlink()
+        return {}
+    if status == 2:
+        raise TrialError(f"{trial_dir / EVENTS} has epochs the checkpoint does not (checkpoint missing or "
+                         "stale): resuming would train and count them twice")
+    if ckpt is not None:
+        if ckpt.get("format") != CHECKPOINT_FORMAT or ckpt.get("arch_hash") != cfg.graph.hash():
+            raise TrialError(f"{ckpt_path} belongs to another trial or format")
+
+    precision = setup_precision(cfg.precision, device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    if device.type == "cpu":
+        # Share the CPUs between this machine's processes: oversubscribed intra-op threads spin
+        # against each other and can make a step many times slower. OMP_NUM_THREADS, when set,
+        # is per process under torchrun/srun and for the whole trial when it spawns its own.
+        env_threads = int(os.environ.get("OMP_NUM_THREADS") or 0)
+        if denv.source == "spawn":
+            budget = env_threads or len(os.sched_getaffinity(0))
+            torch.set_num_threads(max(1, budget // denv.local_world_size))
+        elif not env_threads:
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // denv.local_world_size))
+    channels_last = cfg.channels_last if cfg.channels_last is not None else device.type == "cuda"
+
+    _seed_everything(cfg.seed)  # identical initial weights on every rank
+    model = build_module(cfg.graph, num_classes=cfg.data.num_classes, dropout=cfg.dropout)
+    model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=MOMENTUM, weight_decay=cfg.weight_decay)
+    scaler = precision.make_scaler()
+    schedule = CosineSchedule(optimizer, cfg.lr, cfg.epoch_budget)
+    progress = Progress()
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        progress = Progress(**ckpt["progress"])
+        log(f"trial {cfg.trial} attempt {attempt}: resuming after epoch {progress.epoch}", flush=True)
+    del ckpt
+
+    ddp_model: nn.Module = model
+    if denv.world_size > 1:
+        ddp_model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True)
+    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    data = build_data(cfg.data, batch_size=cfg.batch_size, rank=denv.rank, world_size=denv.world_size,
+                      device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
+                      channels_last=channels_last)
+    log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
+        f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device, train {data.train_size} / val "
+        f"{data.val_size} images", flush=True)
+
+    while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
+        epoch = progress.epoch + 1
+        _seed_everything(cfg.seed * 1_000_003 + denv.rank * 7919 + epoch)  # dropout, augmentation
+        started_at = time.time()
+        t0 = time.perf_counter()
+        totals = train_one_epoch(ddp_model, criterion, optimizer, data, precision, scaler, schedule, epoch, device)
+        train_sums = _all_sum(torch.stack([totals.loss_sum.double(),
+                                           torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
+                              denv)
+        if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
+            for buf in model.buffers():
+                dist.broadcast(buf, src=0)
+        val = _all_sum(evaluate(model, data, precision, device), denv).tolist()
+        train = train_sums.tolist()
+        ended_at = time.time()
+        seconds = time.perf_counter() - t0
+
+        images_trained, images_evaluated = int(round(train[1])), int(round(val[0]))
+        accuracy = val[1] / images_evaluated if images_evaluated else 0.0
+        val_loss = val[2] / images_evaluated if images_evaluated else math.inf
+        train_loss = train[0] / images_trained if images_trained else math.nan
+        progress.epoch = epoch
+        progress.best_accuracy = max(progress.best_accuracy, accuracy)
+        if math.isfinite(val_loss) and val_loss < progress.best_loss:
+            progress.best_loss, progress.bad_epochs = val_loss, 0
+        else:
+            progress.bad_epochs += 1
+        if not math.isfinite(val_loss):
+            progress.stop_reason = "early_stop"  # diverged: no later epoch can recover
+        elif cfg.patience is not None and progress.bad_epochs >= cfg.patience:
+            progress.stop_reason = "early_stop"
+
+        record = {"trial": cfg.trial, "attempt": attempt, "epoch": epoch, "images_trained": images_trained,
+                  "images_evaluated": images_evaluated, "val_accuracy": accuracy,
+                  "val_loss": val_loss if math.isfinite(val_loss) else None,
+                  "started_at": started_at, "ended_at": ended_at, "seconds": seconds}
+        if is_main:
+            save_checkpoint(trial_dir / CHECKPOINT, {
+                "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
+                "world_size": denv.world_size})
+            assert writer is not None
+            writer.append("epoch_end", **record)
+        log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
+            f"val acc {accuracy:.4f}, {images_trained} trained / {images_evaluated} evaluated in {seconds:.1f} s "
+            f"({images_trained / max(seconds, 1e-9):.0f} img/s)", flush=True)
+
+    reason = progress.stop_reason or "budget"
+    result = {"trial": cfg.trial, "attempt": attempt, "epochs": progress.epoch,
+              "best_accuracy": progress.best_accuracy, "reason": reason}
+    if is_main:
+        assert writer is not None
+        writer.append("trial_result", **result)
+        for leftover in (ckpt_path, ckpt_path.with_name(ckpt_path.name + ".tmp")):
+            leftover.unlink(missing_ok=True)
+    log(f"trial {cfg.trial}: {progress.epoch} epochs, best accuracy {progress.best_accuracy:.4f} ({reason})",
+        flush=True)
+    return result
+
+
+# ---- self-spawned processes ---------------------------------------------------------------------
+
+def _spawn_entry(local_rank: int, trial_dir: str, attempt: int, nproc: int, port: int) -> None:
+    denv = DistEnv(local_rank, nproc, local_rank, nproc, "127.0.0.1", port, "spawn")
+    os.environ.update({"RANK": str(local_rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(local_rank),
+                       "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    code = run_trial(Path(trial_dir), attempt, denv)
+    if code:
+        sys.exit(code)
+
+
+def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
+    """Run `nproc` processes of this trial on this machine (DDP over localhost)."""
+    import torch.multiprocessing as mp
+
+    events = trial_dir / EVENTS
+    before = sum(1 for _ in iter_events(events, allow_partial_tail=True)) if events.exists() else 0
+    try:
+        mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, _free_port()), nprocs=nproc,
+                           join=True, start_method="spawn")
+        return 0
+    except Exception as exc:  # noqa: BLE001 - a rank failed; make sure the log says so
+        print(f"trial: a process failed: {exc}", file=sys.stderr, flush=True)
+        try:
+            new = [e.data for i, e in enumerate(iter_events(events, allow_partial_tail=True)) if i >= before] \
+                if events.exists() else []
+            if not any(d["type"] == "trial_error" for d in new):
+                with EventWriter(events) as writer:
+                    writer.append("trial_error", trial=trial_dir.name, attempt=attempt,
+                                  error=f"a training process failed: {exc}"[:2000])
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        return 1
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aiperf_runner.train.trial",
+                                     description="Train one AIPerf trial (graph.json, hparams.json, trial.json).")
+    parser.add_argument("trial_dir", type=Path)
+    parser.add_argument("--attempt", type=int, default=1, help="1-based attempt number, logged with every event")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="processes to spawn on this machine when not launched by torchrun/srun")
+    args = parser.parse_args(argv)
+    try:
+        denv = detect_dist_env()
+    except TrialError as exc:
+        print(f"trial: {exc}", file=sys.stderr)
+        return 2
+    if denv is None and args.nproc > 1:
+        return spawn_local(args.trial_dir, args.attempt, args.nproc)
+    return run_trial(args.trial_dir, args.attempt, denv or DistEnv())
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, not this __main__ copy: spawned processes then unpickle
+    # `aiperf_runner.train.trial._spawn_entry` by its real name.
+    from aiperf_runner.train import trial as _trial
+
+    sys.exit(_trial.main())
