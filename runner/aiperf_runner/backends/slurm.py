@@ -1,0 +1,740 @@
+"""The `slurm` backend: every attempt of every trial is its own SLURM batch job (sbatch).
+
+Why jobs and not steps inside one allocation: a trial that fails, times out or is cancelled takes
+only its own job with it and is retried as a new job; the scheduler places and orders the trials
+like any other work on the cluster (fair share, backfill, preemption); the controller needs no
+allocation of its own, so it runs on a login node as well as inside a job; and when a node fails,
+only the trial on it fails. Steps would tie every trial to one allocation that lives and dies as a
+whole and holds every node for the whole run.
+
+For every attempt the backend writes `trials/<id>/slurm-<attempt>.sh` (see `render_batch_script`)
+and submits it with `sbatch --parsable` from the run directory, which must be on a filesystem
+every node sees. The script, the job's output and the files the job leaves in `trials/<id>/`:
+
+    slurm-<N>.sh       the batch script (paths relative to the run directory; no host or user names)
+    slurm-<N>.jobid    the job id, written at submission (used by `reap_orphan` after a crash)
+    slurm-<N>.nodes    the job's nodes, one per line, written when it starts
+    slurm-<N>.exit     the exit status of the trial program, written by the script's EXIT trap
+    stdout.log, stderr.log   appended to (--open-mode=append), one banner line per attempt
+
+One node per slot: the script runs the trial program itself (`--nproc K` processes, one per
+device). Several nodes per slot: `srun` starts one `torchrun` per node, which meet through a c10d
+rendezvous on the first node of the job (its NodeAddr), and the trial joins that process group.
+
+Options (keyword arguments, from `aiperf-runner run --backend slurm ...`): `partition`, `account`,
+`nodes_per_slot` (1), `gpus_per_node` (0: CPU), `time_limit` (sbatch --time), `slots` (cap on the
+number of slots; default: every usable node of the partition), `devices_per_slot` (CPU processes
+per slot when `gpus_per_node` is 0), `exclusive` (True: one trial per node; False: jobs share
+nodes and `slots` says how many run at once), `start_wait_s`, `probe`, `extra_sbatch_args`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
+
+JOB_PREFIX = "aiperf"
+RDZV_PORT_BASE = 29500
+CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
+QUERY_TTL_S = 1.0  # one squeue call answers the polls of every attempt for this long
+EXIT_FILE_GRACE_S = 30.0  # a shared filesystem may show the exit file a little after the job ends
+COMMAND_TIMEOUT_S = 60.0
+
+# squeue/scontrol states of a job that still holds or waits for nodes.
+ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+    "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
+})
+# Final states that say why a job ended without (or regardless of) its own exit status.
+FAILURE_REASONS = {
+    "CANCELLED": "job cancelled (scancel or an administrator)",
+    "TIMEOUT": "job reached its time limit",
+    "NODE_FAIL": "node failure",
+    "PREEMPTED": "job preempted",
+    "BOOT_FAIL": "node failed to boot",
+    "DEADLINE": "job reached its deadline",
+    "OUT_OF_MEMORY": "job ran out of memory",
+    "REVOKED": "job revoked",
+}
+USABLE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+
+
+class SlurmError(OSError):
+    """A SLURM command failed (sbatch refused the job, the controller daemon is unreachable...)."""
+
+
+# ---- running SLURM commands -------------------------------------------------------------------------
+
+
+def slurm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for SLURM commands and jobs: the controller's, without the variables of an
+    allocation it may itself run in (so a job submitted from inside a job is a job of its own)."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("SLURM_") and k not in ("SLURM_CONF", "SLURM_TIME_FORMAT"))}
+    env.update(extra or {})
+    return env
+
+
+def run_slurm(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+              timeout: float = COMMAND_TIMEOUT_S, tries: int = 1) -> str:
+    """Run a SLURM client command and return its stdout; SlurmError with its stderr on failure."""
+    last = ""
+    for attempt in range(tries):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  env=env or slurm_env(), cwd=cwd, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise SlurmError(f"{argv[0]} not found: is this a SLURM login node (slurm client installed)?") from None
+        except subprocess.TimeoutExpired:
+            last = f"{' '.join(argv[:2])} timed out after {timeout:.0f} s"
+        else:
+            if proc.returncode == 0:
+                return proc.stdout
+            last = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+        if attempt + 1 < tries:
+            time.sleep(min(2.0 * (attempt + 1), 5.0))
+    raise SlurmError(f"{argv[0]}: {last}")
+
+
+def scancel(job_ids: Iterable[str]) -> None:
+    """scancel these jobs, ignoring errors (it also fails when one of them is already over)."""
+    ids = sorted(set(job_ids), key=int)
+    if ids:
+        with contextlib.suppress(SlurmError):
+            run_slurm(["scancel", *ids])
+
+
+def expand_hostlist(nodelist: str) -> list[str]:
+    """'n[1-3],gpu7' -> ['n1', 'n2', 'n3', 'gpu7'] through `scontrol show hostnames`."""
+    if not nodelist or nodelist in ("(null)", "None"):
+        return []
+    if not any(c in nodelist for c in "[,"):
+        return [nodelist]
+    return run_slurm(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def count_gpus(gres: str) -> int:
+    """GPUs in a sinfo GRES string: 'gpu:4', 'gpu:a100:4(S:0-1),nic:1' -> 4; '(null)' -> 0."""
+    total = 0
+    for item in re.split(r",(?![^()]*\))", gres or ""):
+        m = re.match(r"gpu(?::[^:()]+)?:(\d+)", item.strip())
+        if m:
+            total += int(m.group(1))
+    return total
+
+
+def parse_sinfo_nodes(text: str) -> list[dict[str, Any]]:
+    """Lines of `sinfo -h -N -o '%N|%T|%c|%m|%G'` -> one dict per node (first line of each name)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 5 or parts[0] in nodes:
+            continue
+        name, state, cpus, mem, gres = parts[:5]
+        base = re.sub(r"[*~#!%$@^+-]+$", "", state.lower())
+        nodes[name] = {
+            "name": name, "state": state.lower(),
+            "usable": base in USABLE_NODE_STATES and not state.endswith("*"),
+            "cpus": int(cpus) if cpus.isdigit() else 0,
+            "memory_mb": int(mem) if mem.isdigit() else 0,
+            "gres": gres if gres != "(null)" else "",
+            "gpus": count_gpus(gres),
+        }
+    return list(nodes.values())
+
+
+def parse_squeue(text: str) -> dict[str, dict[str, str]]:
+    """Lines of `squeue -h -o '%i|%T|%r|%N|%j'` -> {job id: {state, reason, nodes, name}}."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 4 and parts[0]:
+            out[parts[0]] = {"state": parts[1].split()[0] if parts[1] else "", "reason": parts[2],
+                             "nodes": parts[3], "name": parts[4] if len(parts) > 4 else ""}
+    return out
+
+
+def describe_state(state: str, reason: str = "") -> str:
+    """A short reason for a job that ended in `state`."""
+    text = FAILURE_REASONS.get(state) or (f"job {state.lower()}" if state else "job ended")
+    if reason and reason not in ("None", "(null)") and reason.lower() not in text.lower():
+        text = f"{text} ({reason})"
+    return text
+
+
+# ---- the batch script -------------------------------------------------------------------------------
+
+
+def _drop_option(args: list[str], option: str) -> list[str]:
+    """args without `option VALUE` / `option=VALUE`."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
+
+
+def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: list[str], stdout: str, stderr: str,
+                        files_prefix: str, nodes: int = 1, devices_per_node: int = 1, gpus_per_node: int = 0,
+                        partition: str | None = None, account: str | None = None, time_limit: str | None = None,
+                        exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
+                        python: str = sys.executable) -> str:
+    """The batch script of one attempt. Paths are as given (the backend passes them relative to the
+    run directory, the job's working directory); `argv[0] == python` is written as "$AIPERF_PYTHON"
+    (set in the job's environment by the backend; `python3` when the script is submitted by hand),
+    so that no absolute path lands in the run."""
+    q = shlex.quote
+    py = '"${AIPERF_PYTHON:-python3}"'
+    words = [py if i == 0 and a == python else q(a) for i, a in enumerate(argv)]
+    lines = [
+        "#!/bin/bash",
+        f"# AIPerf trial {trial_id}, attempt {attempt}: written by aiperf-runner's slurm backend and",
+        "# submitted from the run directory with `sbatch --parsable --export=ALL --chdir=<run directory>`.",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --output={stdout}",
+        f"#SBATCH --error={stderr}",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --no-requeue",
+    ]
+    if exclusive:
+        lines.append("#SBATCH --exclusive")
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
+    if gpus_per_node > 0:
+        lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={time_limit}")
+    lines += [f"#SBATCH {arg}" for arg in extra_sbatch_args]
+    lines += [
+        "",
+        "# The exit status of the trial program, for the controller (also when the job is cancelled).",
+        f"exit_file={q(files_prefix + '.exit')}",
+        'trap \'rc=$?; printf "%s\\n" "$rc" > "$exit_file.tmp" && mv -f "$exit_file.tmp" "$exit_file"\' EXIT',
+        "trap 'exit 143' TERM",
+        "trap 'exit 130' INT",
+        "",
+        f"nodes_file={q(files_prefix + '.nodes')}",
+        'scontrol show hostnames "$SLURM_JOB_NODELIST" > "$nodes_file"',
+        f'echo "aiperf: trial {trial_id} attempt {attempt}: SLURM job $SLURM_JOB_ID on'
+        ' $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"',
+        "",
+    ]
+    if nodes == 1:
+        lines.append(" ".join(words))
+    else:
+        srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
+                "--kill-on-bad-exit=1"]
+        if gpus_per_node > 0:
+            srun.append(f"--gres=gpu:{gpus_per_node}")
+        lines += [
+            "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
+            'head_node=$(head -n 1 "$nodes_file")',
+            "head_addr=$(scontrol show node \"$head_node\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
+            f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
+        ]
+        if len(argv) >= 3 and argv[1] == "-m":
+            # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
+            # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
+            program = [q(a) for a in _drop_option(argv[1:], "--nproc")]
+            lines.append(" \\\n    ".join([
+                " ".join(srun),
+                f'{py} -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node={devices_per_node}',
+                '--rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
+                " ".join(program),
+            ]))
+        else:  # not a `python -m` program: srun starts every rank itself (SLURM_PROCID...)
+            lines.append(" \\\n    ".join([
+                " ".join(srun).replace("--ntasks-per-node=1", f"--ntasks-per-node={devices_per_node}"),
+                'env MASTER_ADDR="${head_addr:-$head_node}" MASTER_PORT="$rdzv_port"',
+                " ".join(words),
+            ]))
+    return "\n".join(lines) + "\n"
+
+
+# ---- handles ------------------------------------------------------------------------------------------
+
+
+class SlurmHandle(TrialHandle):
+    """One attempt = one SLURM job."""
+
+    def __init__(self, backend: SlurmBackend, spec: LaunchSpec, slot: Slot, job_id: str, files_prefix: Path) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.slot = slot
+        self.job_id = job_id
+        self.prefix = files_prefix  # trials/<id>/slurm-<attempt>
+        self._returncode: int | None = None
+        self._reason = ""
+        self._ended_at: float | None = None  # when the attempt first looked over (exit file or SLURM)
+        self._nodes: list[str] | None = None
+
+    @property
+    def exit_file(self) -> Path:
+        return self.prefix.with_name(self.prefix.name + ".exit")
+
+    @property
+    def nodes(self) -> list[str]:
+        """The job's nodes once it has started (written by the script, or from squeue); until then
+        the slot's nominal nodes."""
+        if self._nodes is None:
+            nodes_file = self.prefix.with_name(self.prefix.name + ".nodes")
+            try:
+                found = nodes_file.read_text().split()
+            except OSError:
+                found = []
+            if not found:
+                info = self.backend.job_info(self.job_id)
+                if info and info["state"] not in ("PENDING", "") and info["nodes"]:
+                    try:
+                        found = expand_hostlist(info["nodes"])
+                    except SlurmError:
+                        found = []
+            if found:
+                self._nodes = found
+        return list(self._nodes) if self._nodes else list(self.slot.nodes)
+
+    def _read_exit_file(self) -> int | None:
+        try:
+            text = self.exit_file.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+    def _waited_too_long(self) -> bool:
+        """False for `exit_file_grace_s` after the first call (per attempt), then True."""
+        now = time.monotonic()
+        if self._ended_at is None:
+            self._ended_at = now
+        return now - self._ended_at >= self.backend.exit_file_grace_s
+
+    def _done(self, rc: int, reason: str = "") -> int:
+        self._returncode, self._reason = rc, reason
+        self.backend.forget(self)
+        return rc
+
+    def poll(self) -> int | None:
+        if self._returncode is not None:
+            return self._returncode
+        rc = self._read_exit_file()
+        if rc == 0:
+            return self._done(0)
+        info = self.backend.job_info(self.job_id)
+        state = info["state"] if info else ""
+        if rc is not None:
+            # The trial program failed. Why, SLURM knows once the job has ended (a job cancelled or
+            # timed out is COMPLETING while its processes are killed): wait for that, for a while.
+            if state in ACTIVE_STATES and not self._waited_too_long():
+                return None
+            return self._done(rc, describe_state(state, info["reason"]) if state in FAILURE_REASONS else "")
+        if info is None or state in ACTIVE_STATES:  # running, or squeue did not answer: keep waiting
+            return None
+        if state in FAILURE_REASONS:
+            status = CANCELLED_STATUS if state == "CANCELLED" else 1
+            return self._done(status, describe_state(state, info["reason"]))
+        # COMPLETED, FAILED or unknown to squeue: the exit file says how it went; give a shared
+        # filesystem a moment to show it.
+        if not self._waited_too_long():
+            return None
+        final = self.backend.final_state(self.job_id, self.spec.trial_id) if state in ("", "UNKNOWN") else info
+        final_state = (final or {}).get("state", "")
+        if final_state == "COMPLETED":
+            return self._done(0)
+        if final_state in FAILURE_REASONS:
+            status = CANCELLED_STATUS if final_state == "CANCELLED" else 1
+            return self._done(status, describe_state(final_state, final.get("reason", "")))
+        if final_state:
+            return self._done(1, describe_state(final_state, final.get("reason", "")) + " (no exit status written)")
+        return self._done(1, f"SLURM job {self.job_id} vanished without an exit status")
+
+    def cancel(self) -> None:
+        if self._returncode is not None or self.poll() is not None:
+            return
+        for attempt in range(3):
+            try:
+                run_slurm(["scancel", self.job_id])
+                break
+            except SlurmError as exc:
+                # scancel also fails for a job that is already ending or over: then all is well.
+                info = self.backend.job_info(self.job_id, fresh=True)
+                if info is not None and (info["state"] not in ACTIVE_STATES or info["state"] == "COMPLETING"):
+                    break
+                if attempt == 2:
+                    raise SlurmError(f"could not cancel SLURM job {self.job_id}: {exc}") from exc
+                time.sleep(1.0)
+        self._done(CANCELLED_STATUS, "cancelled by the runner (scancel)")
+
+    def describe_failure(self) -> str:
+        if self._returncode in (None, 0):
+            return ""
+        return f"{self._reason or f'exit status {self._returncode}'} [SLURM job {self.job_id}]"
+
+
+# ---- the backend --------------------------------------------------------------------------------------
+
+
+class SlurmBackend(Backend):
+    """Trials as SLURM batch jobs; see the module docstring."""
+
+    name = "slurm"
+
+    def __init__(self, run_dir: Path, partition: str | None = None, account: str | None = None,
+                 nodes_per_slot: int = 1, gpus_per_node: int = 0, time_limit: str | None = None,
+                 slots: int | None = None, **options: Any) -> None:
+        super().__init__(run_dir, partition=partition, account=account, nodes_per_slot=nodes_per_slot,
+                         gpus_per_node=gpus_per_node, time_limit=time_limit, slots=slots, **options)
+        self.partition = partition or None
+        self.account = account or None
+        self.nodes_per_slot = int(nodes_per_slot or 1)
+        self.gpus_per_node = int(gpus_per_node or 0)
+        self.time_limit = str(time_limit) if time_limit else None
+        self.max_slots = int(slots) if slots else None
+        self.exclusive = bool(options.get("exclusive", True))
+        if self.gpus_per_node > 0:
+            self.devices_per_node = self.gpus_per_node
+        else:
+            per_slot = int(options.get("devices_per_slot") or 1)
+            self.devices_per_node = max(1, per_slot // self.nodes_per_slot)
+        self.start_wait_s = float(options.get("start_wait_s", 10.0))
+        self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
+        self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
+        self.probe = bool(options.get("probe", True))
+        extra = options.get("extra_sbatch_args") or ()
+        self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
+        if self.nodes_per_slot < 1 or self.gpus_per_node < 0:
+            raise ValueError("nodes_per_slot must be at least 1 and gpus_per_node 0 or more")
+        self._nodes: list[dict[str, Any]] | None = None
+        self._partition_name: str | None = None
+        self._slots: list[Slot] | None = None
+        self._tag: str | None = None
+        self._live: dict[str, SlurmHandle] = {}  # job id -> handle of every attempt not known to be over
+        self._cache: dict[str, dict[str, str]] = {}
+        self._cache_at = 0.0
+        self._probe_facts: dict[str, Any] | None = None
+        self._probe_error = ""
+
+    # ---- the partition ----
+    def partition_nodes(self) -> list[dict[str, Any]]:
+        """Nodes of the partition (sinfo), each with `usable` (up and able to take this run's jobs)."""
+        if self._nodes is None:
+            partition = self.partition
+            if partition is None:
+                names = run_slurm(["sinfo", "-h", "-o", "%P"], tries=3).split()
+                defaults = [p.rstrip("*") for p in names if p.endswith("*")]
+                if not defaults:
+                    raise SlurmError("the cluster has no default partition: pass --partition")
+                partition = defaults[0]
+            text = run_slurm(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%c|%m|%G"], tries=3)
+            nodes = parse_sinfo_nodes(text)
+            for node in nodes:
+                if node["gpus"] < self.gpus_per_node:
+                    node["usable"] = False
+            self._partition_name, self._nodes = partition, nodes
+        return self._nodes
+
+    def slots(self) -> list[Slot]:
+        if self._slots is None:
+            usable = [n["name"] for n in self.partition_nodes() if n["usable"]]
+            count = len(usable) // self.nodes_per_slot
+            if self.max_slots:
+                count = min(count, self.max_slots) if self.exclusive else self.max_slots
+            if count < 1 or not usable:
+                raise SlurmError(f"partition {self._partition_name!r} has {len(usable)} usable node(s)"
+                                 f"{f' with {self.gpus_per_node} GPUs' if self.gpus_per_node else ''}; "
+                                 f"a slot needs {self.nodes_per_slot}")
+            # Nominal nodes: which node a job lands on is the scheduler's choice (see TrialHandle.nodes).
+            self._slots = [
+                Slot(index=i,
+                     nodes=tuple(usable[(i * self.nodes_per_slot + k) % len(usable)] for k in range(self.nodes_per_slot)),
+                     devices_per_node=self.devices_per_node,
+                     device_type="cuda" if self.gpus_per_node > 0 else "cpu")
+                for i in range(count)
+            ]
+        return list(self._slots)
+
+    # ---- names ----
+    @property
+    def tag(self) -> str:
+        """8 hex characters naming this run's jobs: from run.json's run_id, else the run directory."""
+        if self._tag is None:
+            run_id = ""
+            try:
+                run_id = str(json.loads((self.run_dir / "run.json").read_text()).get("run_id") or "")
+            except (OSError, ValueError, AttributeError):
+                pass
+            if not re.fullmatch(r"[0-9A-Za-z]{8,}", run_id):
+                # No run.json yet (the controller writes it after asking for slots and facts): name
+                # by the directory, and do not keep that name for the jobs of the run.
+                return hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
+            self._tag = run_id[:8]
+        return self._tag
+
+    def job_name(self, trial_id: str) -> str:
+        return f"{JOB_PREFIX}.{self.tag}.{trial_id}"
+
+    def _rel(self, path: Path | str) -> str:
+        """A path as the job sees it from the run directory: relative when inside it."""
+        path = Path(os.path.abspath(path))
+        for root in (Path(os.path.abspath(self.run_dir)), self.run_dir.resolve()):
+            for candidate in (path, path.resolve()):
+                if candidate == root or root in candidate.parents:
+                    return str(candidate.relative_to(root)) if candidate != root else "."
+        return str(path)
+
+    def _argv_for_job(self, argv: tuple[str, ...]) -> list[str]:
+        """argv with absolute paths inside the run directory made relative (the job runs there)."""
+        out = []
+        for arg in argv:
+            rel = self._rel(arg) if os.path.isabs(arg) else arg
+            out.append(arg if os.path.isabs(rel) else rel)
+        return out
+
+    def batch_script(self, spec: LaunchSpec, slot: Slot) -> str:
+        prefix = spec.trial_dir / f"slurm-{spec.attempt}"
+        return render_batch_script(
+            job_name=self.job_name(spec.trial_id), trial_id=spec.trial_id, attempt=spec.attempt,
+            argv=self._argv_for_job(spec.argv), stdout=self._rel(spec.stdout), stderr=self._rel(spec.stderr),
+            files_prefix=self._rel(prefix), nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
+            gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
+            time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args)
+
+    # ---- launching ----
+    def launch(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
+        spec.trial_dir.mkdir(parents=True, exist_ok=True)
+        for path in (spec.stdout, spec.stderr):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        prefix = spec.trial_dir / f"slurm-{spec.attempt}"
+        for suffix in (".exit", ".nodes", ".jobid"):  # left by an earlier controller's try of this attempt
+            prefix.with_name(prefix.name + suffix).unlink(missing_ok=True)
+        script = prefix.with_name(prefix.name + ".sh")
+        script.write_text(self.batch_script(spec, slot))
+        env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable})
+        run_dir = Path(os.path.abspath(self.run_dir))
+        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", str(script)],
+                        env=env, cwd=run_dir, tries=3)
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed no job id: {out.strip()!r}")
+        prefix.with_name(prefix.name + ".jobid").write_text(job_id + "\n")
+        handle = SlurmHandle(self, spec, slot, job_id, prefix)
+        self._live[job_id] = handle
+        self._wait_started(handle)
+        return handle
+
+    def _wait_started(self, handle: SlurmHandle) -> None:
+        """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones.
+        Not when jobs of this run already wait in the queue: then the cluster is busy."""
+        if self.start_wait_s <= 0:
+            return
+        others_pending = any(h is not handle and (self.job_info(j) or {}).get("state") == "PENDING"
+                             for j, h in self._live.items())
+        if others_pending:
+            return
+        deadline = time.monotonic() + self.start_wait_s
+        while time.monotonic() < deadline:
+            info = self.job_info(handle.job_id, fresh=True)
+            if info is None or info["state"] != "PENDING":
+                return
+            time.sleep(0.2)
+
+    # ---- the queue ----
+    def job_info(self, job_id: str, fresh: bool = False) -> dict[str, str] | None:
+        """{state, reason, nodes, name} of a job of this backend, from one squeue call for all of them
+        (cached for QUERY_TTL_S); state "" when squeue no longer knows it; None when squeue fails."""
+        now = time.monotonic()
+        if fresh or now - self._cache_at > QUERY_TTL_S or job_id not in self._cache:
+            ids = sorted(set(self._live) | {job_id}, key=int)
+            try:
+                text = run_slurm(["squeue", "-h", "--states=all", "-o", "%i|%T|%r|%N|%j", "-j", ",".join(ids)])
+            except SlurmError as exc:
+                if "Invalid job id" not in str(exc):
+                    return None
+                text = ""  # every one of them has left squeue's memory
+            known = parse_squeue(text)
+            self._cache = {i: known.get(i, {"state": "", "reason": "", "nodes": "", "name": ""}) for i in ids}
+            self._cache_at = now
+        return self._cache[job_id]
+
+    def final_state(self, job_id: str, trial_id: str) -> dict[str, str] | None:
+        """The end state of a job squeue has forgotten: sacct when accounting is on, else the job
+        completion log when it is a text file this process can read."""
+        try:
+            out = run_slurm(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode"])
+            line = out.strip().splitlines()[0] if out.strip() else ""
+            if line:
+                return {"state": line.split("|")[0].split()[0], "reason": ""}
+        except (SlurmError, IndexError):
+            pass
+        try:
+            config = run_slurm(["scontrol", "show", "config"])
+        except SlurmError:
+            return None
+        settings = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", config, re.M))
+        if settings.get("JobCompType") != "jobcomp/filetxt" or not settings.get("JobCompLoc"):
+            return None
+        try:
+            with open(settings["JobCompLoc"], "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - (4 << 20)))
+                tail = fh.read().decode(errors="replace")
+        except OSError:
+            return None
+        name = self.job_name(trial_id)
+        for line in reversed(tail.splitlines()):
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if fields.get("JobId") == job_id and fields.get("Name") == name:
+                return {"state": fields.get("JobState", ""), "reason": ""}
+        return None
+
+    def forget(self, handle: SlurmHandle) -> None:
+        self._live.pop(handle.job_id, None)
+
+    def run_jobs(self) -> dict[str, dict[str, str]]:
+        """Jobs of this run (by name) that still are in the queue: {job id: info}."""
+        user = str(os.getuid())
+        text = run_slurm(["squeue", "-h", "-u", user, "-o", "%i|%T|%r|%N|%j"], tries=2)
+        prefix = f"{JOB_PREFIX}.{self.tag}."
+        return {j: info for j, info in parse_squeue(text).items()
+                if info["name"].startswith(prefix) and info["state"] in ACTIVE_STATES}
+
+    def shutdown(self) -> None:
+        """Cancel every job of the run (those this backend started and any other carrying the run's
+        name prefix, e.g. left by a killed controller) and wait until the queue holds none of them."""
+        ids = set(self._live)
+        try:
+            ids |= set(self.run_jobs())
+        except SlurmError:
+            pass
+        if ids:
+            scancel(ids)  # the loop below cancels again what is still queued or running
+        for handle in list(self._live.values()):
+            handle._done(CANCELLED_STATUS, "cancelled by the runner (scancel) at shutdown")
+        deadline = time.monotonic() + self.shutdown_wait_s
+        while time.monotonic() < deadline:
+            try:
+                left = self.run_jobs()
+            except SlurmError:
+                break
+            if not left:
+                break
+            scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
+            time.sleep(0.5)
+
+    def reap_orphan(self, trial_dir: Path) -> str | None:
+        """Cancel the jobs a killed controller left for this trial (their ids are in slurm-*.jobid)."""
+        ids = []
+        for path in sorted(Path(trial_dir).glob("slurm-*.jobid")):
+            job_id = path.read_text().strip()
+            exit_file = path.with_suffix(".exit")
+            if job_id.isdigit() and not exit_file.exists():
+                info = self.job_info(job_id, fresh=True)
+                if info is not None and info["state"] in ACTIVE_STATES:
+                    ids.append(job_id)
+        if not ids:
+            return None
+        scancel(ids)
+        return f"cancelled SLURM job(s) {', '.join(ids)} left by the previous controller"
+
+    # ---- facts ----
+    def system_facts(self) -> dict[str, Any]:
+        """Nodes, CPUs, memory and GRES from sinfo (no node names), the SLURM version, and what a
+        probe job found on a compute node (CPU model, torch, accelerators)."""
+        nodes = self.partition_nodes()
+        usable = [n for n in nodes if n["usable"]]
+        slots = self.slots()
+        used = usable[: min(len(usable), len(slots) * self.nodes_per_slot)]
+        try:
+            version = run_slurm(["sinfo", "-V"]).strip()
+        except SlurmError:
+            version = ""
+        facts: dict[str, Any] = {
+            "nodes": len(used),
+            "cpu_cores": sum(n["cpus"] for n in used),
+            "memory_bytes": sum(n["memory_mb"] for n in used) * 2**20 or None,
+            "slurm": {
+                "version": version or None,
+                "partition": self._partition_name,
+                "partition_nodes": len(nodes),
+                "usable_nodes": len(usable),
+                "nodes_per_slot": self.nodes_per_slot,
+                "gpus_per_node": self.gpus_per_node,
+                "exclusive": self.exclusive,
+                "time_limit": self.time_limit,
+                "cpus_per_node": sorted({n["cpus"] for n in used}),
+                "memory_mb_per_node": sorted({n["memory_mb"] for n in used}),
+                "gres": sorted({n["gres"] for n in used if n["gres"]}),
+            },
+        }
+        probe = self.probe_node() if self.probe else {}
+        if probe:
+            facts["cpu_model"] = probe.get("cpu_model") or None
+            for key in ("torch", "cuda", "cuda_build"):
+                if key in probe:
+                    facts[key] = probe[key]
+            facts["slurm"]["probe"] = "ok"
+        elif self.probe:
+            facts["slurm"]["probe"] = self._probe_error
+        if self.gpus_per_node > 0:
+            per_node = (probe.get("accelerators") or [])[: self.gpus_per_node] if probe else []
+            if per_node:
+                accelerators = [per_node[i % len(per_node)] for i in range(len(used) * self.gpus_per_node)]
+                facts.update(accelerators=accelerators, accelerator_model=accelerators[0]["model"],
+                             accelerator_count=len(accelerators))
+        return facts
+
+    def probe_node(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Run a one-task job on a node of the partition that reports what sysinfo sees there."""
+        if self._probe_facts is not None:
+            return self._probe_facts
+        # torch (slow to import) only where it finds something the controller's machine may lack: GPUs.
+        facts = "s.torch_facts()" if self.gpus_per_node > 0 else "{}"
+        code = (f"import json; from aiperf_runner import sysinfo as s; f = {facts}; "
+                "f['cpu_model'] = s.cpu_model(); print('AIPERF_PROBE ' + json.dumps(f))")
+        name = f"{JOB_PREFIX}.{self.tag}.probe"
+        argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet"]
+        if self.partition:
+            argv.append(f"--partition={self.partition}")
+        if self.account:
+            argv.append(f"--account={self.account}")
+        if self.gpus_per_node > 0:
+            argv.append(f"--gres=gpu:{self.gpus_per_node}")
+        if self.exclusive:
+            argv.append("--exclusive")
+        argv += ["--time=5", sys.executable, "-c", code]
+        self._probe_facts = {}
+        try:
+            out = run_slurm(argv, timeout=timeout)
+        except SlurmError as exc:
+            self._probe_error = f"failed: {str(exc)[:200]}"
+            with contextlib.suppress(SlurmError):  # a probe still waiting in the queue
+                run_slurm(["scancel", "-u", str(os.getuid()), f"--name={name}"])
+            return self._probe_facts
+        for line in out.splitlines():
+            if line.startswith("AIPERF_PROBE "):
+                try:
+                    self._probe_facts = json.loads(line.split(" ", 1)[1])
+                except ValueError:
+                    pass
+        if not self._probe_facts:
+            self._probe_error = "failed: no answer from the probe job"
+        return self._probe_facts

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# A real SLURM cluster on this machine, for the tests and for trying the `slurm` backend.
+#
+#   scripts/slurm-cluster.sh start            one node named after this host (ports 6817/6818)
+#   scripts/slurm-cluster.sh start-two-node   nodes n1 and n2, one slurmd each (ports 16817, 17001-2)
+#   scripts/slurm-cluster.sh stop             stop both (and munged, if this script started it)
+#   scripts/slurm-cluster.sh stop-two-node    stop the two-node cluster only
+#   scripts/slurm-cluster.sh status           what runs, and `sinfo` of each
+#   scripts/slurm-cluster.sh env [two-node]   prints `export SLURM_CONF=...` (use with eval)
+#
+# Run as root (the daemons run as root, munged as munge). Both clusters can run at the same time:
+# they use different ports and state directories. State lives under var/slurm/ in the repository
+# (one-node) and var/slurm/two-node/; completed jobs are listed in log/jobcomp.log of each.
+# Every client command (sinfo, sbatch, squeue...) needs SLURM_CONF=<dir>/slurm.conf.
+# `start` and `start-two-node` are idempotent: daemons already up are left alone.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BASE=$REPO/var/slurm
+HOST=$(hostname)
+
+die() { echo "slurm-cluster: $*" >&2; exit 1; }
+
+dir_of() { if [ "$1" = two-node ]; then echo "$BASE/two-node"; else echo "$BASE"; fi; }
+
+pid_alive() {  # pid_alive FILE NAME: the pid in FILE is a running NAME process
+    local pid
+    [ -s "$1" ] || return 1
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] && grep -q "^$2" "/proc/$pid/comm"
+}
+
+node_names() { if [ "$1" = two-node ]; then echo "n1 n2"; else echo "$HOST"; fi; }
+
+slurmd_pidfile() {  # slurmd_pidfile MODE NODE
+    local dir; dir=$(dir_of "$1")
+    if [ "$1" = two-node ]; then echo "$dir/run/slurmd-$2.pid"; else echo "$dir/run/slurmd.pid"; fi
+}
+
+write_conf() {  # write_conf MODE: prints the configuration for MODE
+    local mode=$1 dir cpus mem gres_line="" node_gres=""
+    dir=$(dir_of "$mode")
+    cat <<EOF
+# Written by scripts/slurm-cluster.sh ($mode); regenerated on every start.
+ClusterName=$([ "$mode" = two-node ] && echo aiperf2n || echo aiperf)
+SlurmctldHost=$HOST
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MailProg=/bin/true
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/log/jobcomp.log
+SlurmctldPidFile=$dir/run/slurmctld.pid
+StateSaveLocation=$dir/spool/ctld
+SlurmctldLogFile=$dir/log/slurmctld.log
+EOF
+    if [ "$mode" = two-node ]; then
+        cat <<EOF
+SlurmctldPort=16817
+SlurmdPidFile=$dir/run/slurmd-%n.pid
+SlurmdSpoolDir=$dir/spool/d-%n
+SlurmdLogFile=$dir/log/slurmd-%n.log
+NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17001 CPUs=1 RealMemory=4000 State=UNKNOWN
+NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17002 CPUs=1 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+        return
+    fi
+    cpus=$(nproc)
+    mem=$(/usr/sbin/slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+    # GPUs of this machine become GRES gpu:N (gres.conf names the device files).
+    local ngpu
+    ngpu=$(compgen -G '/dev/nvidia[0-9]*' | wc -l || true)
+    if [ "$ngpu" -gt 0 ]; then
+        gres_line="GresTypes=gpu"
+        node_gres=" Gres=gpu:$ngpu"
+    fi
+    cat <<EOF
+${gres_line}
+SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdSpoolDir=$dir/spool/d
+SlurmdLogFile=$dir/log/slurmd.log
+NodeName=$HOST CPUs=$cpus RealMemory=${mem:-1000}${node_gres} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+write_gres_conf() {  # only for the one-node cluster, when the machine has GPUs
+    local dir=$1 dev
+    : > "$dir/gres.conf.tmp"
+    for dev in /dev/nvidia[0-9]*; do
+        [ -e "$dev" ] && echo "NodeName=$HOST Name=gpu File=$dev" >> "$dir/gres.conf.tmp"
+    done
+    mv -f "$dir/gres.conf.tmp" "$dir/gres.conf"
+}
+
+start_munge() {
+    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+    [ -s /etc/munge/munge.key ] || { /usr/sbin/mungekey --create 2>/dev/null || true; chown munge:munge /etc/munge/munge.key; }
+    mkdir -p /run/munge && chown munge:munge /run/munge
+    runuser -u munge -- /usr/sbin/munged
+    local pid
+    for _ in $(seq 1 50); do
+        if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+            pid=$(cat /run/munge/munged.pid 2>/dev/null || pgrep -u munge -x munged | head -n1 || true)
+            echo "$pid" > "$BASE/munged.ours"
+            return
+        fi
+        sleep 0.1
+    done
+    die "munged did not come up"
+}
+
+cluster_running() {  # all daemons of MODE are alive
+    local mode=$1 dir n
+    dir=$(dir_of "$mode")
+    pid_alive "$dir/run/slurmctld.pid" slurmctld || return 1
+    for n in $(node_names "$mode"); do pid_alive "$(slurmd_pidfile "$mode" "$n")" slurmd || return 1; done
+}
+
+wait_nodes_up() {  # every node of MODE answers (idle, mixed or allocated)
+    local mode=$1 want up
+    want=$(node_names "$mode" | wc -w)
+    for _ in $(seq 1 120); do
+        up=$(SLURM_CONF=$(dir_of "$mode")/slurm.conf sinfo -h -N -o '%N %T' 2>/dev/null \
+             | awk '$2 ~ /^(idle|mixed|allocated|completing)$/' | sort -u | wc -l)
+        [ "$up" -ge "$want" ] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+start_cluster() {  # start_cluster MODE
+    local mode=$1 dir conf n
+    [ "$(id -u)" = 0 ] || die "run as root (the SLURM daemons run as root here)"
+    command -v slurmctld >/dev/null || [ -x /usr/sbin/slurmctld ] || die "slurm-wlm is not installed (apt-get install slurm-wlm munge)"
+    dir=$(dir_of "$mode")
+    conf=$dir/slurm.conf
+    mkdir -p "$dir/run" "$dir/spool/ctld" "$dir/log"
+    for n in $(node_names "$mode"); do
+        if [ "$mode" = two-node ]; then mkdir -p "$dir/spool/d-$n"; else mkdir -p "$dir/spool/d"; fi
+    done
+    write_conf "$mode" > "$conf.new"
+    [ "$mode" = two-node ] || ! grep -q '^GresTypes=gpu' "$conf.new" || write_gres_conf "$dir"
+    if [ -f "$conf" ] && ! cmp -s "$conf" "$conf.new" && cluster_running "$mode"; then
+        echo "slurm-cluster: configuration changed; restarting the $mode cluster"
+        stop_cluster "$mode"
+    fi
+    mv -f "$conf.new" "$conf"
+    touch "$dir/log/jobcomp.log"
+    start_munge
+    export SLURM_CONF=$conf
+    if ! pid_alive "$dir/run/slurmctld.pid" slurmctld; then
+        /usr/sbin/slurmctld -f "$conf"
+    fi
+    for n in $(node_names "$mode"); do
+        if ! pid_alive "$(slurmd_pidfile "$mode" "$n")" slurmd; then
+            if [ "$mode" = two-node ]; then /usr/sbin/slurmd -f "$conf" -N "$n"; else /usr/sbin/slurmd -f "$conf"; fi
+        fi
+    done
+    if ! wait_nodes_up "$mode"; then
+        sinfo -N >&2 || true
+        tail -n 20 "$dir"/log/*.log >&2 || true
+        die "the $mode cluster did not come up (logs in $dir/log)"
+    fi
+    # A node left DOWN/DRAIN by an earlier test is usable again.
+    for n in $(node_names "$mode"); do
+        scontrol update NodeName="$n" State=RESUME >/dev/null 2>&1 || true
+    done
+    echo "slurm-cluster: $mode cluster up: $(sinfo -h -o '%P %D %T %N' | tr '\n' ' ')"
+    echo "export SLURM_CONF=$conf"
+}
+
+kill_pidfile() {  # kill_pidfile FILE NAME
+    local pid
+    pid_alive "$1" "$2" || { rm -f "$1"; return 0; }
+    pid=$(cat "$1")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    rm -f "$1"
+}
+
+stop_cluster() {  # stop_cluster MODE: cancel its jobs, stop its daemons
+    local mode=$1 dir n
+    dir=$(dir_of "$mode")
+    [ -f "$dir/slurm.conf" ] || return 0
+    if pid_alive "$dir/run/slurmctld.pid" slurmctld; then
+        local jobs
+        jobs=$(SLURM_CONF=$dir/slurm.conf squeue -h -o %i 2>/dev/null || true)
+        if [ -n "$jobs" ]; then
+            # shellcheck disable=SC2086
+            SLURM_CONF=$dir/slurm.conf scancel $jobs 2>/dev/null || true
+            for _ in $(seq 1 40); do
+                [ -z "$(SLURM_CONF=$dir/slurm.conf squeue -h -o %i 2>/dev/null)" ] && break
+                sleep 0.25
+            done
+        fi
+    fi
+    for n in $(node_names "$mode"); do kill_pidfile "$(slurmd_pidfile "$mode" "$n")" slurmd; done
+    kill_pidfile "$dir/run/slurmctld.pid" slurmctld
+    echo "slurm-cluster: $mode cluster stopped"
+}
+
+stop_munge_if_ours() {
+    [ -s "$BASE/munged.ours" ] || return 0
+    local pid; pid=$(cat "$BASE/munged.ours")
+    if [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] && grep -q '^munged' "/proc/$pid/comm"; then
+        kill "$pid" 2>/dev/null || true
+    fi
+    rm -f "$BASE/munged.ours"
+}
+
+status() {
+    local mode dir
+    for mode in one-node two-node; do
+        dir=$(dir_of "$mode")
+        if cluster_running "$mode"; then
+            echo "$mode: running (SLURM_CONF=$dir/slurm.conf)"
+            SLURM_CONF=$dir/slurm.conf sinfo -N -o '  %N %P %T %c %G' 2>&1 || true
+        else
+            echo "$mode: not running"
+        fi
+    done
+}
+
+case "${1:-}" in
+    start) start_cluster one-node ;;
+    start-two-node) start_cluster two-node ;;
+    stop-two-node) stop_cluster two-node ;;
+    stop)
+        stop_cluster two-node
+        stop_cluster one-node
+        stop_munge_if_ours
+        ;;
+    status) status ;;
+    env) echo "export SLURM_CONF=$(dir_of "${2:-one-node}")/slurm.conf" ;;
+    *) echo "usage: $0 start|start-two-node|stop|stop-two-node|status|env [two-node]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,61 @@
+"""The batch script the slurm backend writes, against golden files (no cluster needed).
+
+Regenerate the golden files after an intended change with `AIPERF_UPDATE_GOLDEN=1 make test
+PYTEST_ARGS=tests/slurm/test_batch_script.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from aiperf_runner.backends.base import LaunchSpec, Slot
+from aiperf_runner.backends.slurm import SlurmBackend
+
+from tests.helpers import REPO
+
+GOLDEN = REPO / "tests" / "golden"
+RUN_ID = "0123456789abcdef0123456789abcdef"
+
+
+def script_for(tmp_path: Path, slot: Slot, **options) -> str:
+    run_dir = tmp_path / "run"
+    trial_dir = run_dir / "trials" / "t0007"
+    trial_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": RUN_ID}))
+    spec = LaunchSpec(trial_id="t0007", attempt=2,
+                      argv=(sys.executable, "-m", "aiperf_runner.train.trial", str(trial_dir.resolve()),
+                            "--attempt", "2", "--nproc", str(slot.devices_per_node)),
+                      trial_dir=trial_dir, stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
+    return SlurmBackend(run_dir, **options).batch_script(spec, slot)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("AIPERF_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"the batch script differs from {path} (see the module docstring)"
+
+
+def test_one_node_cpu_trial(tmp_path: Path) -> None:
+    text = script_for(tmp_path, Slot(index=0, nodes=("n1",), devices_per_node=2))
+    check_golden("slurm_batch_one_node.sh", text)
+    assert str(tmp_path) not in text and sys.executable not in text  # nothing of this machine in the run
+
+
+def test_two_node_gpu_trial_with_every_option(tmp_path: Path) -> None:
+    slot = Slot(index=1, nodes=("gpu1", "gpu2"), devices_per_node=4, device_type="cuda")
+    text = script_for(tmp_path, slot, partition="gpu", account="proj42", nodes_per_slot=2, gpus_per_node=4,
+                      time_limit="02:00:00")
+    check_golden("slurm_batch_two_node_gpu.sh", text)
+    assert str(tmp_path) not in text and sys.executable not in text
+
+
+@pytest.mark.parametrize("name", ["slurm_batch_one_node.sh", "slurm_batch_two_node_gpu.sh"])
+def test_golden_scripts_are_valid_bash(name: str) -> None:
+    import subprocess
+
+    assert subprocess.run(["bash", "-n", str(GOLDEN / name)], capture_output=True).returncode == 0

@@ -1,0 +1,95 @@
+"""A two-node cluster on this machine (nodes n1 and n2, one slurmd each): trials land on both nodes,
+a trial spans both with DDP, and a node failure fails the attempt on it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from aiperf_runner.backends.slurm import SlurmBackend
+
+from tests.backends.test_conformance import spec_for, wait_done, wait_for
+from tests.slurm.cluster import finish, queue, read_events, run_tag, slurm, start_run, verify_ok, wait_until
+
+
+def test_two_slots_use_both_nodes(two_node: Path, tmp_path: Path) -> None:
+    backend = SlurmBackend(tmp_path / "run", probe=False, exit_file_grace_s=5)
+    slots = backend.slots()
+    assert sorted(s.nodes for s in slots) == [("n1",), ("n2",)]
+    specs = [spec_for(backend, f"t000{i}", "sleep") for i in range(2)]
+    handles = [backend.launch(spec, slot) for spec, slot in zip(specs, slots, strict=True)]
+    try:
+        for spec in specs:
+            wait_for(spec.trial_dir / "out" / "started")
+        banners = " ".join(spec.stdout.read_text() for spec in specs)
+        assert sorted(h.nodes[0] for h in handles) == ["n1", "n2"], banners
+        assert "SLURMD_NODENAME=n1" in banners and "SLURMD_NODENAME=n2" in banners, banners
+        jobs = queue(two_node)
+        assert {name for name, _ in jobs.values()} == {backend.job_name("t0000"), backend.job_name("t0001")}, jobs
+    finally:
+        backend.shutdown()
+    assert all(wait_done(h, timeout=30) != 0 for h in handles)
+    assert not queue(two_node), queue(two_node)  # nothing of the run left
+
+
+def test_node_failure_fails_the_attempt(two_node: Path, tmp_path: Path) -> None:
+    backend = SlurmBackend(tmp_path / "run", slots=1, probe=False, exit_file_grace_s=5)
+    spec = spec_for(backend, "t0000", "sleep")
+    handle = backend.launch(spec, backend.slots()[0])
+    node = ""
+    try:
+        wait_for(spec.trial_dir / "out" / "started")
+        node = handle.nodes[0]
+        slurm(two_node, "scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=aiperf-test")
+        assert wait_done(handle, timeout=60) != 0
+        assert "node failure" in handle.describe_failure()
+    finally:
+        backend.shutdown()
+        if node:
+            # ReturnToService=2 may have brought it back already (then RESUME is refused).
+            slurm(two_node, "scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+
+
+def test_run_with_two_slots_trains_on_both_nodes_and_ctrl_c_empties_the_queue(two_node: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_run(two_node, run_dir, "--preset", "smoke", "--duration", "5m",
+                     "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1")
+    try:
+        def nodes_started() -> set[str]:
+            nodes = {n for e in read_events(run_dir) if e["type"] == "trial_started" for n in e["nodes"]}
+            return nodes if nodes == {"n1", "n2"} else set()
+
+        wait_until(nodes_started, 90, "trials on n1 and n2", proc)
+        wait_until(lambda: queue(two_node), 30, "jobs in the queue", proc)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the run stops, every job of it is cancelled
+        finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = read_events(run_dir)
+    assert events[-1]["type"] == "run_finished" and events[-1]["reason"] == "stopped"
+    assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
+    banners = " ".join(p.read_text() for p in run_dir.glob("trials/*/stdout.log"))
+    assert "SLURMD_NODENAME=n1" in banners and "SLURMD_NODENAME=n2" in banners
+    verify_ok(run_dir)
+
+
+def test_nodes_per_slot_2_trains_with_ddp_across_both_nodes(two_node: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_run(two_node, run_dir, "--preset", "smoke", "--duration", "5m", "--nodes-per-slot", "2")
+    try:
+        # The real trial program; once it has trained an epoch across both nodes, Ctrl-C ends the run.
+        wait_until(lambda: any(e["type"] == "epoch_end" for e in read_events(run_dir)), 240,
+                   "an epoch of the two-node trial", proc, every=1)
+        proc.send_signal(signal.SIGINT)
+        finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = read_events(run_dir)
+    started = [e for e in events if e["type"] == "trial_started"]
+    assert started and all(sorted(e["nodes"]) == ["n1", "n2"] and e["devices"] == 2 for e in started)
+    out = (run_dir / "trials" / "t0000" / "stdout.log").read_text()
+    assert "2 process(es)" in out, out  # the trial program's world size: one process on each node
+    assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
+    verify_ok(run_dir)
