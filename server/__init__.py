@@ -1,1 +1,5 @@
-"""The AIPerf service\x27s Django project."""
+"""The AIPerf service's Django project."""
+
+from server.celery import app as celery_app
+
+__all__ = ("celery_app",)

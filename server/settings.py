@@ -1,14 +1,213 @@
-"""Minimal settings placeholder; replaced by the service work (settings from the environment)."""
+"""Settings of the AIPerf service, read from the environment (django-environ).
+
+Embedded mode (no environment at all): an SQLite file in var/, Celery tasks run in-process, DEBUG
+on. Production (docker-compose, or the machine's services): set DATABASE_URL (PostgreSQL),
+CELERY_BROKER_URL (Redis), SECRET_KEY, DEBUG=0 and ALLOWED_HOSTS. See docs/service.md.
+"""
+
+from __future__ import annotations
 
 from pathlib import Path
 
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = "dev-only-insecure"
-DEBUG = True
-ALLOWED_HOSTS = ["*"]
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth"]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "var" / "db.sqlite3"}}
-USE_TZ = True
-TIME_ZONE = "UTC"
-STATIC_URL = "/static/"
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    env.read_env(str(BASE_DIR / ".env"))
+
+EMBEDDED = not env.str("DATABASE_URL", default="")
+# DEBUG defaults to on only in the embedded mode (a local SQLite file); a deployment with a real
+# database runs with DEBUG off unless it says otherwise.
+DEBUG = env.bool("DEBUG", default=EMBEDDED)
+
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off (e.g. SECRET_KEY=$(python -c "
+            "'import secrets; print(secrets.token_urlsafe(50))'))"
+        )
+    SECRET_KEY = "aiperf-insecure-development-key-only-for-debug"
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "leaderboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
 ROOT_URLCONF = "server.urls"
+WSGI_APPLICATION = "server.wsgi.application"
+ASGI_APPLICATION = "server.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---- database ----------------------------------------------------------------------------------
+if EMBEDDED:
+    VAR_DIR.mkdir(exist_ok=True)
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'aiperf.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Waiting on a lock beats "database is locked" when the dev server and a task write at once.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("timeout", 30)
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# ---- static and uploaded files ---------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
+if DEBUG:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing one
+STATICFILES_DIRS = [p for p in [BASE_DIR / "static"] if p.is_dir()]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+MEDIA_ROOT = Path(env.str("MEDIA_ROOT", default=str(VAR_DIR / "media")))
+MEDIA_URL = "/media/"  # bundles are not served: nothing maps this URL
+
+# Bundles larger than this are refused with 413 before they are read.
+AIPERF_MAX_UPLOAD_BYTES = env.int("AIPERF_MAX_UPLOAD_BYTES", default=512 * 1024 * 1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads go to a temporary file
+# 1: a verified result waits for an admin's "publish" before it enters the list.
+AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)
+# Tests only: seconds the pipeline sleeps between its steps (to kill a worker mid-verification).
+AIPERF_PIPELINE_STEP_DELAY_S = env.float("AIPERF_PIPELINE_STEP_DELAY_S", default=0.0)
+# Base URL printed in links that leave the request context (management commands, tasks).
+AIPERF_PUBLIC_URL = env.str("AIPERF_PUBLIC_URL", default="http://127.0.0.1:8000")
+
+# ---- Celery (server/celery.py reads the CELERY_ names) --------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL  # no broker: tasks run in-process
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env.str("AIPERF_CELERY_QUEUE", default="aiperf")
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=3000)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=2700)
+# A "verifying" claim older than this belongs to a dead worker and may be taken over: no task
+# outlives the hard time limit, so the default is that limit and a minute.
+AIPERF_CLAIM_TIMEOUT_S = env.float("AIPERF_CLAIM_TIMEOUT_S", default=CELERY_TASK_TIME_LIMIT + 60.0)
+# Redis redelivers a message whose worker died without acknowledging it after this many seconds.
+# (The sweep that restores such messages runs every interval x throttle seconds.)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+    "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL", default=10),
+    "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {
+    "reverify-stale-results": {
+        "task": "leaderboard.tasks.reverify_stale",
+        "schedule": env.float("AIPERF_REVERIFY_EVERY_S", default=3600.0),
+    },
+    "resume-stuck-submissions": {
+        "task": "leaderboard.tasks.resume_stuck",
+        "schedule": env.float("AIPERF_RESUME_STUCK_EVERY_S", default=600.0),
+    },
+}
+if CELERY_TASK_ALWAYS_EAGER and not DEBUG:
+    import warnings
+
+    warnings.warn("CELERY_BROKER_URL is not set: verification runs inside the web process", stacklevel=1)
+
+# ---- REST framework and OpenAPI ------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["leaderboard.auth.SiteTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["leaderboard.auth.ReadOnlyOrSite"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+        "leaderboard.api.renderers.CSVRenderer",
+    ],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "leaderboard.api.pagination.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AIPerf API",
+    "DESCRIPTION": "Signed benchmark uploads, server-side verification and the ranked list of AI-HPC systems.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "SubmissionStatusEnum": "leaderboard.models.Submission.Status",
+        "DivisionEnum": "leaderboard.models.Division",
+    },
+}
+
+# ---- logging -----------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"leaderboard": {"handlers": ["console"], "level": env.str("AIPERF_LOG_LEVEL", default="INFO")}},
+}
+
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
+    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)

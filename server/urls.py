@@ -1,3 +1,22 @@
-"""URL configuration."""
+"""URL configuration: the web pages, the REST API under /api/v1/, its schema and docs, health checks."""
 
-urlpatterns: list = []
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from leaderboard import health, web
+from leaderboard.api.router import router
+
+urlpatterns = [
+    path("", include("leaderboard.site.urls")),  # the public pages (docs/site.md); first match wins
+    path("", web.leaderboard, name="home"),
+    path("results/<int:pk>", web.result, name="result"),
+    path("results/<int:pk>/", web.result),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+]

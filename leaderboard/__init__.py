@@ -1,0 +1,1 @@
+"""The AIPerf leaderboard: sites, keys, systems, submissions, results, editions."""

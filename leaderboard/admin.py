@@ -1,0 +1,165 @@
+"""Admin for every model, with the maintainer's actions: re-verify, publish, withdraw, revoke key."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from leaderboard import pipeline, ranking
+from leaderboard.models import Edition, EditionEntry, Result, ResultSeries, Site, SiteKey, Submission, System, Trial
+
+
+class SiteKeyInline(admin.TabularInline):
+    model = SiteKey
+    extra = 0
+    fields = ["fingerprint", "label", "created_at", "revoked_at"]
+    readonly_fields = ["fingerprint", "created_at"]
+
+
+@admin.register(Site)
+class SiteAdmin(admin.ModelAdmin):
+    list_display = ["name", "country", "token_prefix", "created_at"]
+    list_filter = ["country"]
+    search_fields = ["name"]
+    readonly_fields = ["token_prefix"]
+    inlines = [SiteKeyInline]
+    actions = ["rotate_token"]
+
+    @admin.action(description="Make a new API token (shown once)")
+    def rotate_token(self, request, queryset):
+        for site in queryset:
+            token = site.new_token()
+            site.save(update_fields=["token_hash", "token_prefix"])
+            self.message_user(request, f"{site.name}: new API token {token}", messages.WARNING)
+
+
+@admin.register(SiteKey)
+class SiteKeyAdmin(admin.ModelAdmin):
+    list_display = ["fingerprint", "site", "label", "created_at", "revoked_at"]
+    list_filter = ["site", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["fingerprint", "site__name", "label"]
+    readonly_fields = ["fingerprint"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        n = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"{n} key(s) revoked")
+
+    def save_model(self, request, obj, form, change):
+        from aiperf_runner.spec import keys as spec_keys
+
+        key = spec_keys.parse_public_key(obj.public_key)
+        obj.public_key = spec_keys.public_b64(key)
+        obj.fingerprint = spec_keys.fingerprint(key)
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(System)
+class SystemAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "site", "vendor", "accelerator_model", "accelerator_count", "nodes", "interconnect"]
+    list_filter = ["vendor", "accelerator_model", "site__country"]
+    search_fields = ["name", "accelerator_model", "site__name", "cpu_model"]
+
+
+@admin.register(Submission)
+class SubmissionAdmin(admin.ModelAdmin):
+    list_display = ["id", "site", "status", "run_id", "size", "created_at", "verified_at", "attempts"]
+    list_filter = ["status", "site", "created_at"]
+    search_fields = ["run_id", "sha256", "site__name"]
+    readonly_fields = ["sha256", "size", "run_id", "bundle", "claim_token", "claimed_at", "attempts", "reasons"]
+    actions = ["reverify", "publish", "withdraw"]
+
+    @admin.action(description="Re-verify (queue the verification task again)")
+    def reverify(self, request, queryset):
+        from leaderboard.tasks import verify_submission
+
+        n = 0
+        for sub in queryset:
+            if sub.status in (Submission.Status.VERIFIED, Submission.Status.PUBLISHED):
+                verify_submission.delay(sub.pk, reverify=True)
+            elif sub.status in (Submission.Status.RECEIVED, Submission.Status.VERIFYING):
+                verify_submission.delay(sub.pk)
+            else:
+                continue
+            n += 1
+        self.message_user(request, f"{n} submission(s) queued for verification")
+
+    @admin.action(description="Publish (put the result on the live list)")
+    def publish(self, request, queryset):
+        n = sum(pipeline.publish(sub) for sub in queryset)
+        self.message_user(request, f"{n} result(s) published")
+
+    @admin.action(description="Withdraw (take the result off the live list)")
+    def withdraw(self, request, queryset):
+        n = sum(pipeline.withdraw(sub) for sub in queryset)
+        self.message_user(request, f"{n} result(s) withdrawn")
+
+
+class ResultSeriesInline(admin.StackedInline):
+    model = ResultSeries
+    extra = 0
+    readonly_fields = ["points"]
+
+
+@admin.register(Result)
+class ResultAdmin(admin.ModelAdmin):
+    list_display = ["id", "site", "system", "division", "score_ops", "regulated_score_ops", "max_accuracy",
+                    "verification_level", "published", "verifier_version"]
+    list_filter = ["division", "published", "verification_level", "rules_version", "verifier_version",
+                   "system__vendor", "site__country"]
+    search_fields = ["run_id", "site__name", "system__accelerator_model"]
+    readonly_fields = [f.name for f in Result._meta.fields if f.name not in ("published",)]
+    inlines = [ResultSeriesInline]
+    actions = ["reverify", "publish", "withdraw"]
+
+    @admin.action(description="Re-verify")
+    def reverify(self, request, queryset):
+        from leaderboard.tasks import verify_submission
+
+        for r in queryset:
+            verify_submission.delay(r.submission_id, reverify=True)
+        self.message_user(request, f"{queryset.count()} result(s) queued for re-verification")
+
+    @admin.action(description="Publish")
+    def publish(self, request, queryset):
+        n = sum(pipeline.publish(r.submission) for r in queryset.select_related("submission"))
+        self.message_user(request, f"{n} result(s) published")
+
+    @admin.action(description="Withdraw")
+    def withdraw(self, request, queryset):
+        n = sum(pipeline.withdraw(r.submission) for r in queryset.select_related("submission"))
+        self.message_user(request, f"{n} result(s) withdrawn")
+
+
+@admin.register(Trial)
+class TrialAdmin(admin.ModelAdmin):
+    list_display = ["result", "trial", "slot", "epochs", "best_accuracy", "status"]
+    list_filter = ["status"]
+    search_fields = ["arch_hash", "trial"]
+
+
+class EditionEntryInline(admin.TabularInline):
+    model = EditionEntry
+    extra = 0
+    readonly_fields = ["result", "division", "rank", "score_ops", "regulated_score_ops"]
+    can_delete = False
+
+
+@admin.register(Edition)
+class EditionAdmin(admin.ModelAdmin):
+    list_display = ["name", "title", "created_at", "frozen_at"]
+    list_filter = [("frozen_at", admin.EmptyFieldListFilter)]
+    readonly_fields = ["frozen_at"]
+    inlines = [EditionEntryInline]
+    actions = ["freeze"]
+
+    @admin.action(description="Freeze (snapshot the live list into the edition)")
+    def freeze(self, request, queryset):
+        for edition in queryset:
+            try:
+                n = ranking.freeze_edition(edition)
+            except ValueError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.message_user(request, f"{edition.name}: {n} entries frozen")

@@ -1,0 +1,66 @@
+"""Filters of the list endpoints (django-filter)."""
+
+import django_filters as df
+from rest_framework.filters import OrderingFilter
+
+from leaderboard.models import Division, Result, Submission, System
+
+
+class ResultFilter(df.FilterSet):
+    division = df.ChoiceFilter(choices=Division.choices)
+    accelerator = df.CharFilter(field_name="system__accelerator_model", lookup_expr="icontains",
+                                help_text="accelerator model, substring, case-insensitive (e.g. H100)")
+    vendor = df.CharFilter(field_name="system__vendor", lookup_expr="iexact")
+    country = df.CharFilter(field_name="site__country", lookup_expr="iexact", help_text="ISO 3166-1 alpha-2")
+    site = df.CharFilter(field_name="site__name", lookup_expr="iexact")
+    system = df.NumberFilter(field_name="system_id")
+    preset = df.CharFilter(lookup_expr="iexact")
+    precision = df.CharFilter(lookup_expr="iexact")
+    level = df.ChoiceFilter(field_name="verification_level", choices=Result.Level.choices)
+    edition = df.CharFilter(method="noop", help_text='a frozen edition, e.g. "2026-11": its entries and their ranks')
+
+    class Meta:
+        model = Result
+        fields = ["division", "accelerator", "vendor", "country", "site", "system", "preset", "precision", "level"]
+
+    def noop(self, queryset, name, value):
+        return queryset  # the view selects the edition's entries (ranks differ)
+
+
+class SystemFilter(df.FilterSet):
+    accelerator = df.CharFilter(field_name="accelerator_model", lookup_expr="icontains")
+    vendor = df.CharFilter(lookup_expr="iexact")
+    country = df.CharFilter(field_name="site__country", lookup_expr="iexact")
+    site = df.CharFilter(field_name="site__name", lookup_expr="iexact")
+
+    class Meta:
+        model = System
+        fields = ["accelerator", "vendor", "country", "site", "nodes"]
+
+
+class SubmissionFilter(df.FilterSet):
+    status = df.ChoiceFilter(choices=Submission.Status.choices)
+    site = df.CharFilter(field_name="site__name", lookup_expr="iexact")
+    run_id = df.CharFilter()
+
+    class Meta:
+        model = Submission
+        fields = ["status", "site", "run_id"]
+
+
+class RankOrderingFilter(OrderingFilter):
+    """`ordering=rank` (the default) is division, then score, highest first."""
+
+    def get_ordering(self, request, queryset, view):
+        ordering = super().get_ordering(request, queryset, view) or []
+        out: list[str] = []
+        for field in ordering:
+            if field.lstrip("-") == "rank":
+                desc = field.startswith("-")
+                out += ["division", "score_ops" if desc else "-score_ops"]
+            else:
+                out.append(field)
+        return out + ["pk"] if out else out
+
+    def get_valid_fields(self, queryset, view, context=None):
+        return super().get_valid_fields(queryset, view, context or {}) + [("rank", "rank")]

@@ -1,0 +1,209 @@
+"""API views: public reads, uploads and key registration with a site token."""
+
+from __future__ import annotations
+
+import base64
+
+from aiperf_runner.spec import keys as spec_keys
+from django.conf import settings
+from django.db import IntegrityError
+from django.db.models import Q
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from leaderboard import intake, ranking
+from leaderboard.api import filters
+from leaderboard.api import serializers as s
+from leaderboard.models import Edition, EditionEntry, Result, Site, SiteKey, Submission, System
+
+CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
+                                              "check": serializers.CharField(help_text="the check that failed")})
+
+EDITION = OpenApiParameter("edition", str, description='a frozen edition (e.g. "2026-11") instead of the live list')
+FORMAT = OpenApiParameter("format", str, enum=["json", "csv"],
+                          description="export the whole filtered list (no pagination) as JSON or CSV")
+RANKED_ORDERING = ["rank", "score_ops", "regulated_score_ops", "max_accuracy", "efficiency", "duration_s",
+                   "verified_at", "system__nodes", "system__accelerator_count"]
+
+
+class RankedResults:
+    """Shared by the leaderboard and results: the live list (or an edition) with ranks in the context."""
+
+    filterset_class = filters.ResultFilter
+    filter_backends = [DjangoFilterBackend, filters.RankOrderingFilter]
+    ordering_fields = RANKED_ORDERING
+    ordering = ["rank"]
+
+    def edition(self) -> Edition | None:
+        name = self.request.query_params.get("edition")
+        if not name:
+            return None
+        return get_object_or_404(Edition, name=name, frozen_at__isnull=False)
+
+    def base_queryset(self):
+        edition = self.edition()
+        qs = Result.objects.select_related("site", "system")
+        if edition is not None:
+            return qs.filter(edition_entries__edition=edition)
+        return qs.live()
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        edition = self.edition()
+        context["ranks"] = ranking.edition_ranks(edition) if edition is not None else ranking.live_ranks()
+        return context
+
+
+@extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
+class LeaderboardViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
+    """The ranked list: by score within a division. Filters: division, accelerator, vendor, country, edition."""
+
+    serializer_class = s.LeaderboardEntrySerializer
+
+    def get_queryset(self):
+        return self.base_queryset()
+
+
+@extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
+class ResultViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
+    """Results on the list, each with its series and verification report."""
+
+    def get_queryset(self):
+        if self.action == "list":
+            return self.base_queryset()
+        # One result: on the live list, or cited by a frozen edition.
+        qs = Result.objects.select_related("site", "system", "series", "submission")
+        return qs.filter(Q(pk__in=Result.objects.live().values("pk"))
+                         | Q(pk__in=EditionEntry.objects.values("result_id")))
+
+    def get_serializer_class(self):
+        return s.ResultDetailSerializer if self.action == "retrieve" else s.LeaderboardEntrySerializer
+
+    @extend_schema(responses=s.TrialSerializer(many=True), parameters=[FORMAT])
+    @action(detail=True, methods=["get"])
+    def trials(self, request, pk=None):
+        result = self.get_object()
+        qs = result.trials.all().order_by("trial")
+        page = self.paginate_queryset(qs)
+        if page is not None:
+            return self.get_paginated_response(s.TrialSerializer(page, many=True).data)
+        return Response(s.TrialSerializer(qs, many=True).data)
+
+
+@extend_schema_view(list=extend_schema(parameters=[FORMAT]))
+class SystemViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = System.objects.select_related("site").all()
+    serializer_class = s.SystemSerializer
+    filterset_class = filters.SystemFilter
+    ordering_fields = ["nodes", "accelerator_count", "created_at", "accelerator_model"]
+
+
+@extend_schema_view(list=extend_schema(parameters=[FORMAT]))
+class SiteViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Site.objects.prefetch_related("keys").all()
+    serializer_class = s.SiteSerializer
+    filterset_fields = ["country"]
+    ordering_fields = ["name", "country", "created_at"]
+
+
+@extend_schema_view(list=extend_schema(parameters=[FORMAT]))
+class EditionViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Edition.objects.all()
+    serializer_class = s.EditionSerializer
+    ordering_fields = ["name", "frozen_at"]
+
+
+@extend_schema_view(list=extend_schema(parameters=[FORMAT]))
+class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Upload a signed bundle (site token), and follow it through verification."""
+
+    queryset = Submission.objects.select_related("site", "result").all()
+    serializer_class = s.SubmissionSerializer
+    filterset_class = filters.SubmissionFilter
+    ordering_fields = ["created_at", "status"]
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(
+        request=s.SubmissionUploadSerializer,
+        responses={201: s.SubmissionSerializer, 200: OpenApiResponse(s.SubmissionSerializer, "the same bundle "
+                   "was uploaded before: the existing submission"), 400: CheckError, 403: CheckError,
+                   413: CheckError},
+    )
+    def create(self, request, *args, **kwargs):
+        limit = settings.AIPERF_MAX_UPLOAD_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + 64 * 1024:  # refuse before reading the body; the multipart envelope is small
+            return self._refused(intake.too_large(length))
+        upload = request.data.get("bundle") if hasattr(request.data, "get") else None
+        if upload is None or not hasattr(upload, "chunks"):
+            return Response({"detail": "send the bundle as the multipart file field 'bundle'", "check": "request"},
+                            status=status.HTTP_400_BAD_REQUEST)
+        try:
+            received = intake.receive(request.auth, upload)
+        except intake.Rejected as exc:
+            return self._refused(exc)
+        data = self.get_serializer(received.submission).data
+        return Response(data, status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
+
+    @staticmethod
+    def _refused(exc: intake.Rejected) -> Response:
+        return Response({"detail": exc.detail, "check": exc.check}, status=exc.status)
+
+
+class SiteKeyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Public keys of the sites. A site registers its own with its token (`aiperf-runner register`)."""
+
+    queryset = SiteKey.objects.select_related("site").all()
+    serializer_class = s.SiteKeySerializer
+    filterset_fields = ["site"]
+
+    @extend_schema(responses={201: s.SiteKeySerializer, 200: OpenApiResponse(s.SiteKeySerializer,
+                   "already registered to this site"), 409: OpenApiTypes.OBJECT})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        public = serializer.validated_data["public_key"]
+        existing = SiteKey.objects.filter(public_key=public).first()
+        if existing is not None:
+            if existing.site_id != request.auth.pk:
+                return Response({"detail": "this key is registered to another site", "check": "key"},
+                                status=status.HTTP_409_CONFLICT)
+            if existing.revoked:
+                return Response({"detail": f"key {existing.fingerprint} was revoked and cannot be registered again",
+                                 "check": "revoked_key"}, status=status.HTTP_409_CONFLICT)
+            return Response(self.get_serializer(existing).data, status=status.HTTP_200_OK)
+        try:
+            key = SiteKey.objects.create(site=request.auth, public_key=public,
+                                         fingerprint=spec_keys.fingerprint(base64.b64decode(public)),
+                                         label=serializer.validated_data.get("label", ""))
+        except IntegrityError:
+            raise ValidationError({"public_key": ["already registered"]}) from None
+        return Response(self.get_serializer(key).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.SiteKeySerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        key = self.get_object()
+        if key.site_id != request.auth.pk:
+            raise PermissionDenied("a site can revoke only its own keys")
+        if key.revoked_at is None:
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+        return Response(self.get_serializer(key).data)

@@ -1,0 +1,258 @@
+"""The service's data (DESIGN section 6).
+
+Every figure of a Result comes from `aiperf_runner.spec.verify` run by the service on the stored
+bundle (leaderboard/pipeline.py); nothing here recomputes a score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Division(models.TextChoices):
+    OFFICIAL = "official", "Official"
+    OPEN = "open", "Open"
+
+
+class Site(models.Model):
+    """An organisation that runs the benchmark and submits results with its API token."""
+
+    name = models.CharField(max_length=200, unique=True)
+    country = models.CharField(max_length=2, help_text="ISO 3166-1 alpha-2 code, e.g. CN, US, DE")
+    url = models.URLField(blank=True)
+    # Only the SHA-256 of the API token is stored; the token is shown once, when it is made.
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(max_length=8, editable=False, help_text="first characters, to tell tokens apart")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def new_token(self) -> str:
+        """Replace the site's API token with a new one and return it (save() is the caller's)."""
+        token = secrets.token_urlsafe(32)
+        self.token_hash = hash_token(token)
+        self.token_prefix = token[:8]
+        return token
+
+    def save(self, *args, **kwargs):
+        if not self.token_hash:
+            self.new_token()  # a site made in the admin gets a token nobody knows until rotated
+        self.country = self.country.upper()
+        super().save(*args, **kwargs)
+
+
+class SiteKey(models.Model):
+    """An Ed25519 public key a site signs its bundles with (`aiperf-runner keygen` / `register`)."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="keys")
+    public_key = models.CharField(max_length=64, unique=True, help_text="base64 of the 32 raw public-key bytes")
+    fingerprint = models.CharField(max_length=48, unique=True)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["site", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.fingerprint} ({self.site})"
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class System(models.Model):
+    """A machine as its runs describe it (run.json "system" and declared peaks), per site."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="systems")
+    name = models.CharField(max_length=200, blank=True)
+    vendor = models.CharField(max_length=100, blank=True, db_index=True)
+    accelerator_model = models.CharField(max_length=200, db_index=True)
+    accelerator_count = models.PositiveIntegerField(default=0, help_text="accelerators in the whole system")
+    nodes = models.PositiveIntegerField(default=1)
+    interconnect = models.CharField(max_length=200, blank=True)
+    cpu_model = models.CharField(max_length=200, blank=True)
+    cpu_cores = models.PositiveIntegerField(default=0)
+    peak_flops = models.JSONField(default=dict, blank=True, help_text="declared peak FLOP/s per precision")
+    # The hardware facts that identify the system among the site's runs.
+    identity = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["site", "accelerator_model", "nodes"]
+        constraints = [models.UniqueConstraint(fields=["site", "identity"], name="system_identity_per_site")]
+
+    def __str__(self) -> str:
+        return self.name or self.describe()
+
+    def describe(self) -> str:
+        if self.accelerator_count:
+            return f"{self.nodes} node(s), {self.accelerator_count} x {self.accelerator_model}"
+        return f"{self.nodes} node(s), {self.cpu_model or 'CPU'}"
+
+
+class Submission(models.Model):
+    """An uploaded bundle and where it is in the verification pipeline."""
+
+    class Status(models.TextChoices):
+        RECEIVED = "received", "Received"
+        VERIFYING = "verifying", "Verifying"
+        VERIFIED = "verified", "Verified"
+        REJECTED = "rejected", "Rejected"
+        PUBLISHED = "published", "Published"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    DONE = (Status.VERIFIED, Status.REJECTED, Status.PUBLISHED, Status.WITHDRAWN)
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="submissions")
+    key = models.ForeignKey(SiteKey, on_delete=models.PROTECT, null=True, blank=True, related_name="submissions")
+    bundle = models.FileField(upload_to="bundles/", max_length=300, blank=True)
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.BigIntegerField()
+    run_id = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED, db_index=True)
+    reasons = models.JSONField(default=list, blank=True, help_text="[{check, message}] of a rejection")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    # The conditional claim that makes verification safe to re-run (leaderboard/pipeline.py).
+    claim_token = models.CharField(max_length=32, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"submission {self.pk} ({self.status})"
+
+
+class ResultQuerySet(models.QuerySet):
+    def live(self) -> ResultQuerySet:
+        """The results on the live list: published (at once, or after approval) and not withdrawn."""
+        return self.filter(published=True, submission__status__in=[Submission.Status.VERIFIED,
+                                                                   Submission.Status.PUBLISHED])
+
+
+class Result(models.Model):
+    """What the service's own verification of a submission gave."""
+
+    class Level(models.TextChoices):
+        FULL = "full", "Full: every check passed"
+        PARTIAL = "partial", "Partial: integrity and plausibility passed, some checks did not"
+
+    submission = models.OneToOneField(Submission, on_delete=models.CASCADE, related_name="result")
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="results")
+    system = models.ForeignKey(System, on_delete=models.PROTECT, related_name="results")
+    run_id = models.CharField(max_length=64, unique=True)
+    division = models.CharField(max_length=16, choices=Division.choices, db_index=True)
+    preset = models.CharField(max_length=32, blank=True)
+    precision = models.CharField(max_length=8, blank=True)
+    score_ops = models.FloatField(db_index=True)
+    regulated_score_ops = models.FloatField()
+    max_accuracy = models.FloatField()
+    duration_s = models.FloatField()
+    peak_flops = models.FloatField(null=True, blank=True, help_text="declared peak FLOP/s at the run's precision")
+    efficiency = models.FloatField(null=True, blank=True, help_text="score / peak")
+    trials_finished = models.PositiveIntegerField(default=0)
+    epochs = models.PositiveIntegerField(default=0)
+    rules_version = models.CharField(max_length=32)
+    spec_version = models.CharField(max_length=16, blank=True)
+    runner_version = models.CharField(max_length=32, blank=True)
+    verifier_version = models.CharField(max_length=64, db_index=True)
+    verification_level = models.CharField(max_length=16, choices=Level.choices)
+    report = models.JSONField(help_text="the verification report (spec.verify) without its series")
+    published = models.BooleanField(default=False, db_index=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    verified_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ResultQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-score_ops"]
+
+    def __str__(self) -> str:
+        return f"result {self.pk}: {self.score_ops:.4g} OPS ({self.site})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("result", args=[self.pk])
+
+
+class ResultSeries(models.Model):
+    """The score, regulated score and best accuracy over time (the report's series)."""
+
+    result = models.OneToOneField(Result, on_delete=models.CASCADE, related_name="series")
+    points = models.JSONField(default=list, help_text="[{t, work, score, regulated, max_accuracy}], t from run start")
+
+
+class Trial(models.Model):
+    """One trial of a result's run, for the timeline and architecture charts."""
+
+    result = models.ForeignKey(Result, on_delete=models.CASCADE, related_name="trials")
+    trial = models.CharField(max_length=16)
+    arch_hash = models.CharField(max_length=64, blank=True)
+    parent = models.CharField(max_length=16, blank=True)
+    morphisms = models.JSONField(default=list, blank=True)
+    slot = models.IntegerField(null=True, blank=True)
+    round = models.IntegerField(null=True, blank=True)
+    started_s = models.FloatField(null=True, blank=True, help_text="seconds from run start")
+    ended_s = models.FloatField(null=True, blank=True, help_text="seconds from run start")
+    epochs = models.PositiveIntegerField(default=0)
+    best_accuracy = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=16, blank=True, help_text="finished, failed, cancelled, running")
+    train_flops_per_image = models.FloatField(null=True, blank=True)
+    eval_flops_per_image = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["result", "trial"]
+        constraints = [models.UniqueConstraint(fields=["result", "trial"], name="trial_once_per_result")]
+
+
+class Edition(models.Model):
+    """A frozen, citable snapshot of the list (like TOP500's June and November lists)."""
+
+    name = models.CharField(max_length=32, unique=True, help_text='e.g. "2026-11"')
+    title = models.CharField(max_length=200, blank=True)
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    frozen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def frozen(self) -> bool:
+        return self.frozen_at is not None
+
+
+class EditionEntry(models.Model):
+    """One ranked line of a frozen edition, with the figures as they stood then."""
+
+    edition = models.ForeignKey(Edition, on_delete=models.CASCADE, related_name="entries")
+    result = models.ForeignKey(Result, on_delete=models.PROTECT, related_name="edition_entries")
+    division = models.CharField(max_length=16, choices=Division.choices)
+    rank = models.PositiveIntegerField()
+    score_ops = models.FloatField()
+    regulated_score_ops = models.FloatField()
+
+    class Meta:
+        ordering = ["edition", "division", "rank"]
+        constraints = [models.UniqueConstraint(fields=["edition", "result"], name="result_once_per_edition")]

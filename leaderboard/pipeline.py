@@ -1,0 +1,389 @@
+"""The verification pipeline of one submission (run by the Celery task in leaderboard/tasks.py).
+
+integrity -> schema -> recompute (aiperf_runner.spec.verify) -> rules -> result + report -> status.
+
+Safe to run twice and safe after a worker dies mid-way:
+
+- a run starts with a *conditional claim*: one UPDATE that moves the submission from `received`
+  (or from a `verifying` claim older than AIPERF_CLAIM_TIMEOUT_S, left by a dead worker) to
+  `verifying` with a fresh claim token. Whoever does not win the UPDATE does nothing;
+- everything the run writes (Result, its series and trials, the status) is written in one
+  transaction that first checks the claim token is still its own, with update_or_create, so any
+  number of runs leaves exactly one Result;
+- nothing before that transaction writes to the database, so a run killed anywhere leaves the
+  submission `verifying` with a claim that goes stale and is taken over by the redelivered task.
+
+Every figure stored comes from `aiperf_runner.spec`: the report of `verify()`, FLOPs per image
+from `spec.runio`, peaks from `spec.peaks`. Nothing here recomputes a score.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiperf_runner
+from aiperf_runner.spec import SPEC_VERSION, peaks
+from aiperf_runner.spec.runio import RunDir, RunIOError
+from aiperf_runner.spec.verify import verify
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, ProtectedError, Q
+from django.utils import timezone
+
+from leaderboard import intake
+from leaderboard.models import Result, ResultSeries, Submission, System, Trial
+
+log = logging.getLogger(__name__)
+
+# Bump PIPELINE_VERSION when this module changes what it stores; the runner and spec versions
+# cover changes to the checks and the score. `aiperf_reverify` re-verifies results whose
+# verifier_version differs from VERIFIER_VERSION.
+PIPELINE_VERSION = "1"
+VERIFIER_VERSION = f"runner-{aiperf_runner.__version__}+spec-{SPEC_VERSION}+pipeline-{PIPELINE_VERSION}"
+
+# A result is rejected when a check of these groups fails; validity decides the division and
+# stability the verification level.
+BLOCKING_GROUPS = ("integrity", "plausibility")
+
+S = Submission.Status
+
+
+@dataclass
+class Outcome:
+    status: str  # what happened: verified, rejected, skipped (claimed elsewhere or already done)
+    submission_id: int
+    reasons: list[dict[str, str]] = field(default_factory=list)
+    busy_until: datetime | None = None  # skipped because another worker holds a fresh claim
+
+
+class Reject(Exception):
+    def __init__(self, reasons: list[dict[str, str]]) -> None:
+        super().__init__("; ".join(r["message"] for r in reasons))
+        self.reasons = reasons
+
+
+class ClaimLost(Exception):
+    """Another worker took the submission over (our claim went stale); our work is discarded."""
+
+
+def _step(name: str, submission_id: int) -> None:
+    log.debug("submission %s: %s", submission_id, name)
+    delay = settings.AIPERF_PIPELINE_STEP_DELAY_S
+    if delay > 0:
+        time.sleep(delay)
+
+
+# ---- claim -------------------------------------------------------------------------------------
+def claim(submission_id: int, *, reverify: bool = False) -> str | None:
+    """Take the submission for this run; the claim token, or None when someone else has it / it is done."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.AIPERF_CLAIM_TIMEOUT_S)
+    free = Q(claim_token="") | Q(claimed_at__isnull=True) | Q(claimed_at__lt=stale)
+    token = uuid.uuid4().hex
+    if reverify:
+        cond = Q(status__in=[S.VERIFIED, S.PUBLISHED]) & free
+        updates: dict[str, Any] = {}
+    else:
+        cond = Q(status=S.RECEIVED) | (Q(status=S.VERIFYING) & free)
+        updates = {"status": S.VERIFYING}
+    won = Submission.objects.filter(pk=submission_id).filter(cond).update(
+        claim_token=token, claimed_at=now, attempts=F("attempts") + 1, **updates)
+    return token if won else None
+
+
+def release(submission_id: int, token: str, *, reverify: bool = False) -> None:
+    """Give a claim back after an unexpected error, so that a retry may claim it at once."""
+    updates = {} if reverify else {"status": S.RECEIVED}
+    Submission.objects.filter(pk=submission_id, claim_token=token).update(claim_token="", claimed_at=None, **updates)
+
+
+# ---- the run -----------------------------------------------------------------------------------
+def run(submission_id: int, *, reverify: bool = False) -> Outcome:
+    token = claim(submission_id, reverify=reverify)
+    if token is None:
+        sub = Submission.objects.filter(pk=submission_id).first()
+        busy = None
+        if sub is not None and sub.claim_token and sub.claimed_at and (
+                sub.status == S.VERIFYING or (reverify and sub.status in (S.VERIFIED, S.PUBLISHED))):
+            busy = sub.claimed_at + timedelta(seconds=settings.AIPERF_CLAIM_TIMEOUT_S)
+        return Outcome("skipped", submission_id, busy_until=busy)
+    try:
+        sub = Submission.objects.select_related("site", "key").get(pk=submission_id)
+        try:
+            stored = _verify(sub)
+        except Reject as exc:
+            _store_rejection(sub, token, exc.reasons)
+            log.info("submission %s rejected: %s", submission_id, exc)
+            return Outcome(S.REJECTED, submission_id, exc.reasons)
+        _store_result(sub, token, stored, reverify=reverify)
+        return Outcome(S.VERIFIED, submission_id)
+    except ClaimLost:
+        log.warning("submission %s: claim lost to another worker; discarding this run", submission_id)
+        return Outcome("skipped", submission_id)
+    except BaseException:
+        release(submission_id, token, reverify=reverify)
+        raise
+
+
+def _reason(check: str, message: str) -> dict[str, str]:
+    return {"check": check, "message": message}
+
+
+def _verify(sub: Submission) -> dict[str, Any]:
+    """Everything that reads the bundle; returns what _store_result writes. Writes nothing."""
+    _step("integrity", sub.pk)
+    key = sub.key
+    if key is None:
+        raise Reject([_reason("integrity.key", "the submission has no registered signing key")])
+    if key.revoked:
+        raise Reject([_reason("integrity.key", f"key {key.fingerprint} was revoked on "
+                                               f"{key.revoked_at:%Y-%m-%d %H:%M} UTC")])
+    if not sub.bundle.name:
+        raise Reject([_reason("integrity.bundle", "the stored bundle is missing")])
+    path = sub.bundle.path
+    try:
+        with intake.extracted(path) as root:
+            manifest, fingerprint = intake.manifest_key(root)
+            if fingerprint != key.fingerprint:
+                raise Reject([_reason("integrity.signature", f"signed by {fingerprint}, expected {key.fingerprint}")])
+            if manifest["run_id"] != sub.run_id:
+                raise Reject([_reason("integrity.run_id", f"run id {manifest['run_id']} differs from the "
+                                                          f"submission's {sub.run_id}")])
+
+            _step("schema", sub.pk)
+            run_dir = RunDir(root)
+            try:
+                run_json = run_dir.run
+            except RunIOError as exc:
+                raise Reject([_reason("integrity.run_json", str(exc))]) from None
+
+            _step("recompute", sub.pk)
+            report = verify(root, pubkey=base64.b64decode(key.public_key), require_signature=True)
+
+            _step("rules", sub.pk)
+            failed = [c for c in report["checks"] if not c["passed"]
+                      and c["name"].split(".", 1)[0] in BLOCKING_GROUPS]
+            if failed or not report["integrity_ok"] or not report["plausible"]:
+                raise Reject([_reason(c["name"], c["message"]) for c in failed]
+                             or [_reason("integrity", "the verification report failed integrity or plausibility")])
+            if report["run_id"] != sub.run_id:
+                raise Reject([_reason("integrity.run_id", "the report's run id differs from the submission's")])
+            trials = _trials(run_dir, report["rules"])
+    except intake.Rejected as exc:
+        raise Reject([_reason(f"integrity.{exc.check}", exc.detail)]) from None
+    return {"report": report, "run": run_json, "trials": trials, "manifest": manifest}
+
+
+def _trials(run_dir: RunDir, rules: str) -> list[dict[str, Any]]:
+    """Per-trial summaries for the charts, from the (already verified) main log."""
+    trials: dict[str, dict[str, Any]] = {}
+    t0 = None
+    for event in run_dir.events():
+        d = event.data
+        kind = d["type"]
+        if t0 is None:
+            t0 = float(d["t"])
+        rel = float(d["t"]) - t0
+        name = d.get("trial")
+        if kind == "trial_proposed":
+            trials[name] = {"trial": name, "arch_hash": d.get("arch_hash") or "", "parent": d.get("parent") or "",
+                            "morphisms": d.get("morphisms") or [], "round": d.get("round"), "status": "proposed",
+                            "epochs": 0}
+        elif name in trials:
+            tr = trials[name]
+            if kind == "trial_started":
+                tr.update(slot=d.get("slot"), started_s=rel, status="running")
+            elif kind == "epoch_end":
+                tr["epochs"] = max(tr["epochs"], int(d.get("epoch") or 0))
+                acc = d.get("val_accuracy")
+                if isinstance(acc, (int, float)):
+                    tr["best_accuracy"] = max(tr.get("best_accuracy") or 0.0, float(acc))
+                tr["ended_s"] = rel
+            elif kind == "trial_finished":
+                tr.update(status="finished", ended_s=rel, best_accuracy=d.get("best_accuracy"))
+            elif kind == "trial_failed":
+                tr.update(status="failed", ended_s=rel)
+            elif kind == "trial_cancelled":
+                tr.update(status="cancelled", ended_s=rel)
+    for name, tr in trials.items():
+        try:
+            counts = run_dir.trial_flops(name, rules)
+            tr["train_flops_per_image"], tr["eval_flops_per_image"] = float(counts.train), float(counts.eval)
+        except RunIOError:
+            pass
+    return list(trials.values())
+
+
+# ---- storing -----------------------------------------------------------------------------------
+def _locked(sub: Submission, token: str) -> Submission:
+    current = Submission.objects.select_for_update().get(pk=sub.pk)
+    if current.claim_token != token:
+        raise ClaimLost()
+    return current
+
+
+def _system(sub: Submission, run: dict[str, Any]) -> System:
+    facts = run.get("system") if isinstance(run.get("system"), dict) else {}
+    model = str(facts.get("accelerator_model") or "cpu")
+    known = peaks.lookup(model)
+    values = {
+        "vendor": known.vendor if known else str(facts.get("vendor") or ("CPU" if model == "cpu" else "")),
+        "accelerator_model": model,
+        "accelerator_count": int(facts.get("accelerator_count") or 0),
+        "nodes": int(facts.get("nodes") or 1),
+        "interconnect": str(facts.get("interconnect") or ""),
+        "cpu_model": str(facts.get("cpu_model") or ""),
+        "cpu_cores": int(facts.get("cpu_cores") or 0),
+    }
+    identity = "|".join(str(values[k]) for k in ("accelerator_model", "accelerator_count", "nodes",
+                                                 "interconnect", "cpu_model", "cpu_cores"))
+    system, _ = System.objects.get_or_create(
+        site=sub.site, identity=hashlib.sha256(identity.encode()).hexdigest(),
+        defaults={**values, "name": str(facts.get("name") or ""),
+                  "peak_flops": run.get("declared_peak_flops") if isinstance(run.get("declared_peak_flops"), dict)
+                  else {}})
+    return system
+
+
+def _peak(run: dict[str, Any]) -> float | None:
+    """The peak the plausibility checks use: declared at the run's precision, else the table's.
+
+    (Only when the report does not carry `peak_flops` itself.)
+    """
+    precision = run.get("precision")
+    declared = (run.get("declared_peak_flops") or {}).get(precision) if isinstance(
+        run.get("declared_peak_flops"), dict) else None
+    if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:
+        return float(declared)
+    if precision in peaks.PRECISIONS and isinstance(run.get("system"), dict):
+        try:
+            return peaks.system_peak(run["system"], precision)[0]
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _started_at(run: dict[str, Any]) -> datetime | None:
+    created = run.get("created_at")
+    if isinstance(created, (int, float)) and not isinstance(created, bool):
+        return datetime.fromtimestamp(created, tz=UTC)
+    return None
+
+
+def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reverify: bool) -> None:
+    _step("result", sub.pk)
+    report, run = stored["report"], stored["run"]
+    peak = report.get("peak_flops") or _peak(run)
+    now = timezone.now()
+    with transaction.atomic():
+        current = _locked(sub, token)
+        publish = not settings.AIPERF_REQUIRE_APPROVAL
+        values = {
+            "site": current.site,
+            "system": _system(current, run),
+            "run_id": current.run_id,
+            "division": report["division"],
+            "preset": str(run.get("preset") or ""),
+            "precision": str(run.get("precision") or ""),
+            "score_ops": report["score_ops"],
+            "regulated_score_ops": report["regulated_score_ops"],
+            "max_accuracy": report["max_accuracy"],
+            "duration_s": report["duration_s"],
+            "peak_flops": peak,
+            "efficiency": report["score_ops"] / peak if peak else None,
+            "trials_finished": report["trials_finished"],
+            "epochs": report["epochs"],
+            "rules_version": report["rules_version"],
+            "spec_version": report["spec_version"],
+            "runner_version": str(run.get("runner_version") or ""),
+            "verifier_version": VERIFIER_VERSION,
+            "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
+            "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"]},
+            "verified_at": now,
+            "started_at": _started_at(run),
+        }
+        existing = Result.objects.filter(submission=current).first()
+        if existing is None:
+            values |= {"published": publish, "published_at": now if publish else None}
+        result, _ = Result.objects.update_or_create(submission=current, defaults=values)
+        ResultSeries.objects.update_or_create(result=result, defaults={"points": report["series"]})
+        result.trials.all().delete()
+        Trial.objects.bulk_create((Trial(result=result, **t) for t in stored["trials"]), batch_size=2000)
+        if not reverify:
+            current.status = S.VERIFIED
+        current.reasons = []
+        current.verified_at = now
+        current.claim_token = ""
+        current.claimed_at = None
+        current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at"])
+
+
+def _store_rejection(sub: Submission, token: str, reasons: list[dict[str, str]]) -> None:
+    """Rejected: no result, trials or series, no bundle file; the row keeps the reasons."""
+    _step("reject", sub.pk)
+    with transaction.atomic():
+        current = _locked(sub, token)
+        result = Result.objects.filter(submission=current).first()
+        if result is not None:
+            try:
+                with transaction.atomic():
+                    result.delete()
+            except ProtectedError:  # cited by a frozen edition: keep it, off the live list
+                Result.objects.filter(pk=result.pk).update(published=False)
+        name = current.bundle.name
+        current.status = S.REJECTED
+        current.reasons = reasons
+        current.bundle = ""
+        current.claim_token = ""
+        current.claimed_at = None
+        current.save(update_fields=["status", "reasons", "bundle", "claim_token", "claimed_at", "updated_at"])
+        if name:
+            storage = current.bundle.storage
+            transaction.on_commit(lambda: storage.delete(name))
+
+
+# ---- admin actions -----------------------------------------------------------------------------
+def publish(submission: Submission) -> bool:
+    """Put a verified result on the live list (the admin's approval)."""
+    with transaction.atomic():
+        n = Result.objects.filter(submission=submission, submission__status__in=[S.VERIFIED, S.PUBLISHED]).update(
+            published=True, published_at=timezone.now())
+        if n:
+            Submission.objects.filter(pk=submission.pk).update(status=S.PUBLISHED, updated_at=timezone.now())
+    return bool(n)
+
+
+def withdraw(submission: Submission) -> bool:
+    """Take a result off the live list (it stays in frozen editions)."""
+    with transaction.atomic():
+        Result.objects.filter(submission=submission).update(published=False)
+        n = Submission.objects.filter(pk=submission.pk, status__in=[S.VERIFIED, S.PUBLISHED]).update(
+            status=S.WITHDRAWN, updated_at=timezone.now())
+    return bool(n)
+
+
+def needs_reverify():
+    """Submissions whose result was verified by another verifier version."""
+    return Submission.objects.filter(status__in=[S.VERIFIED, S.PUBLISHED]).exclude(
+        result__verifier_version=VERIFIER_VERSION)
+
+
+MAX_ATTEMPTS = 5
+
+
+def stuck():
+    """Submissions no task is working on: received long ago, or verifying under a stale claim.
+
+    One that failed MAX_ATTEMPTS times (an error in the service, not in the bundle: those are
+    rejections) is left for an admin to look at and re-verify.
+    """
+    stale = timezone.now() - timedelta(seconds=settings.AIPERF_CLAIM_TIMEOUT_S)
+    return Submission.objects.filter(Q(status=S.RECEIVED, created_at__lt=timezone.now() - timedelta(minutes=5))
+                                     | Q(status=S.VERIFYING, claimed_at__lt=stale)).filter(attempts__lt=MAX_ATTEMPTS)

@@ -1,0 +1,45 @@
+"""Celery tasks: verify a submission, re-verify results of an older verifier, resume stuck work.
+
+The verification task acknowledges its message only when it has finished (CELERY_TASK_ACKS_LATE)
+and a message whose worker died is delivered again (CELERY_TASK_REJECT_ON_WORKER_LOST; Redis
+after its visibility timeout). The pipeline's claim makes a second delivery harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.utils import timezone
+
+from leaderboard import pipeline
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def verify_submission(self, submission_id: int, reverify: bool = False) -> str:
+    outcome = pipeline.run(submission_id, reverify=reverify)
+    if outcome.busy_until is not None and not self.request.is_eager:
+        # Another worker holds a fresh claim: look again when it would be stale, in case that worker died.
+        wait = max((outcome.busy_until - timezone.now()).total_seconds(), 0.0) + 1.0
+        raise self.retry(countdown=wait)
+    return outcome.status
+
+
+@shared_task
+def reverify_stale() -> int:
+    """Queue re-verification of every result whose verifier version is not the current one."""
+    ids = list(pipeline.needs_reverify().values_list("pk", flat=True))
+    for pk in ids:
+        verify_submission.delay(pk, reverify=True)
+    return len(ids)
+
+
+@shared_task
+def resume_stuck() -> int:
+    """Queue verification of submissions that no live task is working on (e.g. a lost message)."""
+    ids = list(pipeline.stuck().values_list("pk", flat=True))
+    for pk in ids:
+        verify_submission.delay(pk)
+    return len(ids)

@@ -1,0 +1,270 @@
+"""`aiperf-runner register` and `aiperf-runner submit`: talking to an AIPerf service.
+
+- `register --server URL --token T` uploads the site's public key (site_key.pub from keygen).
+- `submit RUN_DIR --server URL --token T` signs and packs the run (or takes a bundle as it is),
+  uploads it with retries, waits until the service has verified it, and prints the status, the
+  score the *service* computed, the rank and the result's URL (`--json`: one object).
+
+The server and token may come from $AIPERF_SERVER and $AIPERF_TOKEN.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from aiperf_runner.spec import bundle, keys
+
+if TYPE_CHECKING:
+    import httpx  # imported when a command talks to a server: `aiperf-runner` starts faster
+
+EXIT_CODES = ("Exit codes: 0 verified, 1 rejected or refused (the message says why), 2 usage error, "
+              "3 still not verified when --timeout ran out.")
+DONE = ("verified", "published", "rejected", "withdrawn")
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+Server = Annotated[str, typer.Option("--server", envvar="AIPERF_SERVER", help="The service's base URL, e.g. "
+                                     "https://aiperf.example.org ($AIPERF_SERVER).", show_default=False)]
+Token = Annotated[str, typer.Option("--token", envvar="AIPERF_TOKEN", help="The site's API token "
+                                    "($AIPERF_TOKEN).", show_default=False)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+
+
+class Failure(Exception):
+    """What to tell the user before exiting with status 1."""
+
+    def __init__(self, message: str, check: str | None = None, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.check = check
+        self.data = data or {}
+
+
+def _client(server: str, token: str, timeout: float = 60.0) -> httpx.Client:
+    import httpx
+
+    return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Token {token}",
+                                                              "Accept": "application/json"},
+                        timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=True)
+
+
+def _detail(resp: httpx.Response) -> tuple[str, str | None]:
+    try:
+        body = resp.json()
+    except ValueError:
+        return f"HTTP {resp.status_code}: {resp.text[:300]}", None
+    if isinstance(body, dict):
+        if "detail" in body:
+            return str(body["detail"]), body.get("check")
+        return "; ".join(f"{k}: {v}" for k, v in body.items()), None
+    return str(body), None
+
+
+def _request(send, what: str, retries: int, backoff: float, say) -> httpx.Response:
+    """Send with retries on connection errors and 429/5xx (exponential backoff)."""
+    import httpx
+
+    delay = backoff
+    for attempt in range(retries + 1):
+        try:
+            resp = send()
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            if resp.status_code not in RETRY_STATUS:
+                return resp
+            problem = f"HTTP {resp.status_code}"
+        if attempt == retries:
+            raise Failure(f"{what} failed after {retries + 1} attempts ({problem})", "network")
+        say(f"{what}: {problem}; trying again in {delay:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 60.0)
+    raise AssertionError("unreachable")
+
+
+def _say(quiet: bool):
+    return (lambda message: None) if quiet else (lambda message: typer.echo(message, err=True))
+
+
+# ---- register ----------------------------------------------------------------------------------
+def register_key(server: str, token: str, public_key: Path | None = None, label: str = "",
+                 retries: int = 3) -> dict[str, Any]:
+    """Upload the site's public key; the service's answer plus `created`."""
+    key = keys.load_public_key(public_key)
+    with _client(server, token) as client:
+        resp = _request(lambda: client.post("/api/v1/keys/", json={"public_key": keys.public_line(key),
+                                                                   "label": label}),
+                        "registering the key", retries, 1.0, _say(True))
+    if resp.status_code in (200, 201):
+        return {**resp.json(), "created": resp.status_code == 201}
+    message, check = _detail(resp)
+    raise Failure(f"the service refused the key (HTTP {resp.status_code}): {message}", check)
+
+
+def register_cmd(
+    server: Server,
+    token: Token,
+    pubkey: Annotated[Path | None, typer.Option("--pubkey", help="Public key file (default: site_key.pub "
+                                                "in the config directory).", show_default=False)] = None,
+    label: Annotated[str, typer.Option("--label", help="A note shown with the key.")] = "",
+    as_json: AsJson = False,
+) -> None:
+    """Register the site's public key with an AIPerf service (uses the site's API token)."""
+    try:
+        data = register_key(server, token, pubkey, label)
+    except (keys.KeyFileError, Failure) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        state = "registered" if data["created"] else "already registered"
+        typer.echo(f"{data['fingerprint']} {state} for site {data['site']['name']}")
+
+
+# ---- submit ------------------------------------------------------------------------------------
+def _bundle_for(path: Path, key_path: Path | None, say) -> Path:
+    """The bundle to upload: a bundle as it is, or the run directory signed and packed.
+
+    A run directory packed before, unchanged since and signed by this key reuses its bundle, so
+    submitting again uploads the same bytes (and the service answers with the same submission).
+    """
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise Failure(f"{path} is neither a run directory nor a bundle")
+    private = keys.load_private_key(key_path)
+    out = path.parent / f"{path.resolve().name}.tar.gz"
+    manifest = path / bundle.MANIFEST_NAME
+    if out.is_file() and manifest.is_file() and out.stat().st_mtime >= manifest.stat().st_mtime \
+            and not bundle.check_manifest(path, private):
+        say(f"reusing {out} (the run is unchanged since it was packed)")
+        return out
+    say(f"signing and packing {path} -> {out}")
+    return bundle.pack(path, out, private)
+
+
+def submit_bundle(server: str, token: str, path: Path, *, key_path: Path | None = None, wait: bool = True,
+                  timeout: float = 600.0, retries: int = 5, backoff: float = 2.0,
+                  quiet: bool = False) -> dict[str, Any]:
+    """Upload and (optionally) wait; return the submission as the service last described it."""
+    say = _say(quiet)
+    try:
+        out = _bundle_for(path, key_path, say)
+    except (keys.KeyFileError, bundle.BundleError) as exc:
+        raise Failure(str(exc)) from None
+    size = out.stat().st_size
+    say(f"uploading {out.name} ({size / 1e6:.1f} MB) to {server}")
+
+    with _client(server, token, timeout=max(60.0, size / 1e6)) as client:
+        def send() -> httpx.Response:
+            with open(out, "rb") as fh:
+                return client.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")})
+
+        resp = _request(send, "uploading", retries, backoff, say)
+        if resp.status_code == 401:
+            raise Failure("the service does not know this token (HTTP 401)", "token")
+        if resp.status_code not in (200, 201):
+            message, check = _detail(resp)
+            raise Failure(f"refused by the service (HTTP {resp.status_code}, check {check or '?'}): {message}",
+                          check, {"http_status": resp.status_code})
+        sub = resp.json()
+        if resp.status_code == 200:
+            say(f"this bundle was submitted before: submission {sub['id']}")
+        sub["bundle"] = str(out)
+        deadline = time.monotonic() + timeout
+        pause = 0.5
+        while wait and sub["status"] not in DONE:
+            if time.monotonic() >= deadline:
+                sub["timed_out"] = True
+                break
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+            pause = min(pause * 1.5, 5.0)
+            status_url = f"/api/v1/submissions/{sub['id']}/"
+            r = _request(lambda url=status_url: client.get(url), "checking the status", retries, backoff, say)
+            if r.status_code != 200:
+                message, _ = _detail(r)
+                raise Failure(f"cannot read submission {sub['id']} (HTTP {r.status_code}): {message}")
+            sub = {**r.json(), "bundle": str(out)}
+    return sub
+
+
+def _summary(sub: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": sub.get("status"),
+        "submission": sub.get("id"),
+        "run_id": sub.get("run_id"),
+        "score_ops": sub.get("score_ops"),
+        "regulated_score_ops": sub.get("regulated_score_ops"),
+        "rank": sub.get("rank"),
+        "division": sub.get("division"),
+        "verification_level": sub.get("verification_level"),
+        "url": sub.get("url"),
+        "reasons": sub.get("reasons") or [],
+        "bundle": sub.get("bundle"),
+        "sha256": sub.get("sha256"),
+        "timed_out": bool(sub.get("timed_out")),
+    }
+
+
+def submit_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (signed and packed here) or a bundle.",
+                                            show_default=False)],
+    server: Server,
+    token: Token,
+    key: Annotated[Path | None, typer.Option("--key", help="Private key file (default: the site key made "
+                                             "by keygen).", show_default=False)] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the verification.")] = 600.0,
+    retries: Annotated[int, typer.Option("--retries", min=0, help="Retries of a failed upload or poll.")] = 5,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Upload only; do not wait for the verification.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Sign, pack and upload a run; wait for the service's verification; print score, rank and URL."""
+    try:
+        sub = submit_bundle(server, token, run_dir, key_path=key, wait=not no_wait, timeout=timeout,
+                            retries=retries, quiet=as_json)
+    except Failure as exc:
+        if as_json:
+            typer.echo(json.dumps({"status": "refused", "score_ops": None, "rank": None, "url": None,
+                                   "reasons": [{"check": exc.check or "submit", "message": str(exc)}],
+                                   **exc.data}, indent=2))
+        else:
+            typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    data = _summary(sub)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        _print(data)
+    if data["status"] in ("verified", "published"):
+        return
+    if data["status"] in ("rejected", "withdrawn"):
+        raise typer.Exit(1)
+    if not no_wait:
+        raise typer.Exit(3)
+
+
+def _print(d: dict[str, Any]) -> None:
+    lines = [f"submission {d['submission']}: {d['status']}"]
+    if d["score_ops"] is not None:
+        lines.append(f"score:        {d['score_ops']:.6g} OPS (regulated {d['regulated_score_ops']:.6g} OPS)")
+        rank = f"{d['rank']} in the {d['division']} division" if d["rank"] else \
+            f"not ranked yet ({d['division']} division; awaiting publication)"
+        lines.append(f"rank:         {rank}")
+        lines.append(f"verification: {d['verification_level']}")
+    if d["url"]:
+        lines.append(f"result:       {d['url']}")
+    for r in d["reasons"]:
+        lines.append(f"  {r.get('check')}: {r.get('message')}")
+    if d["timed_out"]:
+        lines.append("still being verified; run the same command again later to see the outcome")
+    typer.echo("\n".join(lines), file=sys.stdout)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("register", epilog="Exit codes: 0 registered, 1 refused or failed, 2 usage error.")(register_cmd)
+    app.command("submit", epilog=EXIT_CODES)(submit_cmd)

@@ -1,0 +1,41 @@
+"""`make demo` (scripts/demo.py): a real smoke run submitted to a local embedded-mode service."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.helpers import REPO
+from tests.service.stack import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_end_to_end(tmp_path):
+    home = tmp_path / "demo"
+    env = {**os.environ, "AIPERF_DEMO_HOME": str(home), "AIPERF_DEMO_DURATION": "30s",
+           "AIPERF_DEMO_PORT": str(free_port())}
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "scripts/demo.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=600)
+    pid = None
+    if (home / "demo-server.pid").exists():
+        pid = int((home / "demo-server.pid").read_text().split()[0])
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "status:      verified" in out.stdout
+        url = next(line.split()[-1] for line in out.stdout.splitlines() if line.startswith("result:"))
+        assert httpx.get(url).status_code == 200
+        assert f"kill {pid}" in out.stdout
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,46 @@
+"""OpenAPI schema (validated), the docs page with locally served assets, compose and Dockerfile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.helpers import REPO
+
+
+def test_spectacular_validate():
+    out = subprocess.run([sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn",
+                          "--file", "/dev/null"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_schema_and_docs_served(client, db):
+    schema = client.get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    for p in ("/api/v1/leaderboard/", "/api/v1/results/{id}/", "/api/v1/systems/", "/api/v1/sites/",
+              "/api/v1/editions/", "/api/v1/submissions/", "/api/v1/keys/"):
+        assert p in paths, p
+    assert "post" in paths["/api/v1/submissions/"]
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    html = docs.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
+    assert "cdn" not in html.lower()
+
+
+def test_docker_compose_services():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    images = {services[s].get("build") for s in ("web", "worker", "beat")}
+    assert images == {"."}  # one image
+    for name in ("postgres", "redis", "web", "worker", "beat"):
+        assert "healthcheck" in services[name], name
+    assert "gunicorn" in services["web"]["command"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "server", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "server", "beat"]
+    env = services["web"]["environment"]
+    assert env["DATABASE_URL"].startswith("postgres://") and env["CELERY_BROKER_URL"].startswith("redis://")
+    assert (REPO / "Dockerfile").is_file()
