@@ -1,0 +1,42 @@
+"""Fill a development database with generated results (leaderboard/site/demo.py).
+
+    manage.py aiperf_demo_data --results 500          replace the demo data with 500 generated results
+    manage.py aiperf_demo_data --clear                remove the demo data only
+    manage.py aiperf_demo_data --results 10000 --force   also when DEBUG is off (a throwaway database)
+
+Demo data is marked (sites under https://demo.aiperf.invalid/, `"demo": true` in each result's report,
+editions noted "[demo]") and never mixes with real data: running the command again replaces it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from leaderboard.site import demo
+
+
+class Command(BaseCommand):
+    help = "Replace the demo data with N generated results (sites, systems, series, reports, trials, editions)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--results", type=int, default=200, help="how many results to generate (default 200)")
+        parser.add_argument("--seed", type=int, default=1, help="random seed (the same seed gives the same data)")
+        parser.add_argument("--clear", action="store_true", help="only remove the demo data")
+        parser.add_argument("--force", action="store_true", help="run even when DEBUG is off")
+
+    def handle(self, *args, **opts):
+        if not settings.DEBUG and not opts["force"]:
+            raise CommandError("DEBUG is off: this looks like a production database. Demo data is for development; "
+                               "pass --force to write it anyway.")
+        if opts["clear"]:
+            with transaction.atomic():
+                n = demo.clear()
+            self.stdout.write(f"removed {n} demo result(s)")
+            return
+        if opts["results"] < 1:
+            raise CommandError("--results must be at least 1")
+        s = demo.generate(opts["results"], seed=opts["seed"])
+        self.stdout.write(f"demo data: {s.results} results, {s.trials} trials, {s.systems} systems, {s.sites} sites, "
+                          f"{s.editions} editions in {s.seconds:.1f} s")

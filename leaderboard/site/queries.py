@@ -1,0 +1,299 @@
+"""The database reads of the pages: the ranked list (live or a frozen edition), filters, sorting, ranks.
+
+Every page issues a fixed number of queries whatever the number of rows: related objects come with
+`select_related`, ranks of a page come from one window-function query (the rank of a result is its
+place in the whole division, even when the list is filtered — as in leaderboard/ranking.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db import connection
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Window
+from django.db.models.functions import Coalesce, Rank
+from django.http import QueryDict
+
+from leaderboard.models import Division, Edition, EditionEntry, Result
+
+PER_PAGE_CHOICES = (25, 50, 100, 250, 500)
+DEFAULT_PER_PAGE = 100
+MAX_PER_PAGE_HTML = 500  # "all" is for downloads; the HTML table pages
+
+FILTERS = ("division", "accelerator", "vendor", "country", "edition")
+
+# sort key -> (label, ORM ordering ascending, first click descending?)
+SORTS: dict[str, tuple[str, list[str], bool]] = {
+    "rank": ("Rank", [], False),  # filled in per list (live / edition)
+    "system": ("System", ["system__name", "system__accelerator_model", "system__nodes"], False),
+    "site": ("Site", ["site__name"], False),
+    "country": ("Country", ["site__country"], False),
+    "accelerator": ("Accelerator", ["system__accelerator_model", "system__accelerator_count"], False),
+    "nodes": ("Nodes", ["system__nodes"], True),
+    "score": ("Score", ["lscore"], True),
+    "regulated": ("Regulated score", ["lregulated"], True),
+    "accuracy": ("Best accuracy", ["max_accuracy"], True),
+    "efficiency": ("Efficiency", ["efficiency"], True),
+    "division": ("Division", ["ldivision"], False),
+    "level": ("Verification", ["verification_level"], False),
+    "date": ("Date", ["ldate"], True),
+}
+
+
+def visible_results() -> QuerySet[Result]:
+    """Results a reader may open: on the live list, or cited by a frozen edition."""
+    return Result.objects.filter(
+        Q(pk__in=Result.objects.live().values("pk"))
+        | Q(pk__in=EditionEntry.objects.filter(edition__frozen_at__isnull=False).values("result_id")))
+
+
+def frozen_editions() -> QuerySet[Edition]:
+    return Edition.objects.filter(frozen_at__isnull=False)
+
+
+@dataclass
+class ListParams:
+    """What the URL of a list view says: filters, sort, page. Unknown values are dropped."""
+
+    division: str = ""
+    accelerator: str = ""
+    vendor: str = ""
+    country: str = ""
+    edition: str = ""
+    sort: str = "rank"
+    page: int = 1
+    per: int | None = DEFAULT_PER_PAGE  # None: every row (downloads only)
+
+    @classmethod
+    def from_query(cls, q: QueryDict, *, edition: str = "", allow_all: bool = False) -> ListParams:
+        p = cls()
+        division = q.get("division", "")
+        p.division = division if division in Division.values else ""
+        p.accelerator = q.get("accelerator", "").strip()[:200]
+        p.vendor = q.get("vendor", "").strip()[:100]
+        p.country = q.get("country", "").strip().upper()[:2]
+        p.edition = edition or q.get("edition", "").strip()[:32]
+        sort = q.get("sort", "rank")
+        p.sort = sort if sort.lstrip("-") in SORTS else "rank"
+        try:
+            p.page = max(int(q.get("page", "1")), 1)
+        except ValueError:
+            p.page = 1
+        per = q.get("per", "")
+        if per == "all" and allow_all:
+            p.per = None
+        else:
+            try:
+                n = int(per) if per else DEFAULT_PER_PAGE
+            except ValueError:
+                n = DEFAULT_PER_PAGE
+            p.per = min(n, MAX_PER_PAGE_HTML) if n >= 1 else DEFAULT_PER_PAGE
+        return p
+
+    def filters(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in FILTERS if getattr(self, k)}
+
+    def query(self, **changes: Any) -> str:
+        """The query string of this view with some parameters changed (None removes one)."""
+        values: dict[str, Any] = {k: getattr(self, k) for k in FILTERS}
+        values.update(sort=self.sort if self.sort != "rank" else "", page=self.page if self.page != 1 else "",
+                      per=("all" if self.per is None else (self.per if self.per != DEFAULT_PER_PAGE else "")))
+        values.update(changes)
+        q = QueryDict(mutable=True)
+        for k, v in values.items():
+            if v not in (None, ""):
+                q[k] = str(v)
+        return q.urlencode()
+
+
+@dataclass
+class Row:
+    """One line of the list, with the figures as they stand on this list (live or frozen)."""
+
+    result: Result
+    rank: int | None
+    score: float
+    regulated: float
+
+    @property
+    def division(self) -> str:
+        return getattr(self.result, "ldivision", None) or self.result.division
+
+    @property
+    def system(self):
+        return self.result.system
+
+    @property
+    def site(self):
+        return self.result.site
+
+
+@dataclass
+class ListView:
+    params: ListParams
+    edition: Edition | None
+    rows: list[Row]
+    page: Page | None
+    total: int
+    options: dict[str, list[str]] = field(default_factory=dict)
+
+
+# The columns a list row shows or exports (fewer columns, faster rows).
+LIST_FIELDS = ("division", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
+               "rules_version", "verified_at", "published_at", "site", "system", "score_ops",
+               "regulated_score_ops", "site__name", "site__country", "system__name", "system__vendor",
+               "system__accelerator_model", "system__accelerator_count", "system__nodes", "system__cpu_model")
+
+
+def _base(edition: Edition | None) -> QuerySet[Result]:
+    qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS)
+    if edition is None:
+        return qs.live().annotate(ldivision=F("division"), lscore=F("score_ops"),
+                                  lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
+    entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
+    return qs.filter(edition_entries__edition=edition).annotate(
+        ldivision=Subquery(entries.values("division")[:1]),
+        erank=Subquery(entries.values("rank")[:1]),
+        lscore=Subquery(entries.values("score_ops")[:1]),
+        lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
+        ldate=Coalesce("published_at", "verified_at"))
+
+
+def _filtered(qs: QuerySet[Result], p: ListParams) -> QuerySet[Result]:
+    if p.division:
+        qs = qs.filter(ldivision=p.division)
+    if p.accelerator:
+        qs = qs.filter(system__accelerator_model__iexact=p.accelerator)
+    if p.vendor:
+        qs = qs.filter(system__vendor__iexact=p.vendor)
+    if p.country:
+        qs = qs.filter(site__country__iexact=p.country)
+    return qs
+
+
+def _ordering(p: ListParams, edition: Edition | None) -> list[Any]:
+    key = p.sort.lstrip("-")
+    desc = p.sort.startswith("-")
+    if key == "rank":
+        fields = ["ldivision", "erank" if edition else "-lscore"]
+        if desc:
+            fields = ["ldivision", "-erank" if edition else "lscore"]
+        return [*fields, "pk"]
+    out: list[Any] = []
+    for name in SORTS[key][1]:
+        expr = F(name)
+        out.append(expr.desc(nulls_last=True) if desc else expr.asc(nulls_last=True))
+    return [*out, "ldivision", "-lscore", "pk"]
+
+
+def page_ranks(ids: list[int], edition: Edition | None = None) -> dict[int, int]:
+    """{result id: rank within its division} of the live list, for these ids, in one query."""
+    if not ids:
+        return {}
+    inner = Result.objects.live().order_by().annotate(
+        rid=F("pk"), rk=Window(Rank(), partition_by=[F("division")], order_by=[F("score_ops").desc()])
+    ).values("rid", "rk")
+    sql, params = inner.query.sql_with_params()
+    holes = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT t.rid, t.rk FROM ({sql}) t WHERE t.rid IN ({holes})", (*params, *ids))
+        return {int(pk): int(rk) for pk, rk in cursor.fetchall()}
+
+
+def all_live_ranks() -> dict[int, int]:
+    inner = Result.objects.live().order_by().annotate(
+        rk=Window(Rank(), partition_by=[F("division")], order_by=[F("score_ops").desc()])).values_list("pk", "rk")
+    return dict(inner)
+
+
+def options(base: QuerySet[Result]) -> dict[str, list[str]]:
+    """The values the filter menus offer: those present on this list (one query)."""
+    triples = (base.order_by().values_list("system__accelerator_model", "system__vendor", "site__country")
+               .distinct())
+    accelerators, vendors, countries = set(), set(), set()
+    for accelerator, vendor, country in triples:
+        accelerators.add(accelerator)
+        vendors.add(vendor)
+        countries.add(country)
+    return {"accelerator": sorted(v for v in accelerators if v), "vendor": sorted(v for v in vendors if v),
+            "country": sorted(v for v in countries if v)}
+
+
+def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
+    """The rows of one list view: the live list or a frozen edition, filtered, sorted and paged."""
+    edition = None
+    if p.edition:
+        edition = frozen_editions().filter(name=p.edition).first()
+        if edition is None:
+            raise Edition.DoesNotExist(p.edition)
+    base = _base(edition)
+    qs = _filtered(base, p).order_by(*_ordering(p, edition))
+    page = None
+    if p.per is None:
+        results = list(qs)
+        total = len(results)
+    else:
+        paginator = Paginator(qs, p.per)
+        page = paginator.get_page(p.page)
+        p.page = page.number
+        results = list(page.object_list)
+        total = paginator.count
+    if edition is None:
+        ranks = all_live_ranks() if p.per is None else page_ranks([r.pk for r in results])
+        rows = [Row(r, ranks.get(r.pk), r.lscore, r.lregulated) for r in results]
+    else:
+        rows = [Row(r, r.erank, r.lscore, r.lregulated) for r in results]
+    return ListView(p, edition, rows, page, total, options(base) if with_options else {})
+
+
+# ---- other pages ---------------------------------------------------------------------------------
+
+def edition_index() -> list[Edition]:
+    return list(frozen_editions().annotate(n=Count("entries"), top=Max("entries__score_ops"),
+                                           total=Sum("entries__score_ops")).order_by("-name"))
+
+
+def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
+    """Share of the live list by accelerator vendor, country and accelerator model (count and score)."""
+    qs = Result.objects.live()
+    if division:
+        qs = qs.filter(division=division)
+    out = {}
+    for key, column in (("vendor", "system__vendor"), ("country", "site__country"),
+                        ("accelerator", "system__accelerator_model")):
+        rows = (qs.order_by().values(column).annotate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
+                .order_by("-n", column))
+        out[key] = [{"name": r[column] or "unknown", "n": r["n"], "total": r["total"] or 0.0, "top": r["top"]}
+                    for r in rows]
+    return out
+
+
+def editions_over_time(division: str = "") -> list[dict[str, Any]]:
+    """Per frozen edition: entries, total and top score (oldest first)."""
+    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False)
+    if division:
+        qs = qs.filter(division=division)
+    rows = (qs.order_by().values("edition__name").annotate(n=Count("pk"), total=Sum("score_ops"),
+                                                          top=Max("score_ops")).order_by("edition__name"))
+    return [{"name": r["edition__name"], "n": r["n"], "total": r["total"], "top": r["top"]} for r in rows]
+
+
+def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
+    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False)
+    if division:
+        qs = qs.filter(division=division)
+    rows = (qs.order_by().values("edition__name", "result__system__vendor").annotate(n=Count("pk"))
+            .order_by("edition__name", "result__system__vendor"))
+    return [{"edition": r["edition__name"], "vendor": r["result__system__vendor"] or "unknown", "n": r["n"]}
+            for r in rows]
+
+
+def live_summary(division: str = "") -> dict[str, Any]:
+    qs = Result.objects.live()
+    if division:
+        qs = qs.filter(division=division)
+    agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
+    return {"name": "live", "n": agg["n"], "total": agg["total"] or 0.0, "top": agg["top"]}
+

@@ -1,0 +1,31 @@
+"""URLs of the public pages (include at the site root: `path("", include("leaderboard.site.urls"))`).
+
+    /                              the live ranked list (filters, sort and page in the query string;
+                                   ?format=csv|json downloads exactly the rows of that URL)
+    /editions/                     the frozen editions
+    /editions/<name>/              one frozen edition, as a list (same filters, sorting, downloads)
+    /results/<id>                  a result: charts, verification report, downloads
+    /results/<id>/bundle           the signed bundle it was verified from
+    /results/<id>/series.csv|json  the series the service recomputed
+    /systems/<id>, /sites/<id>, /statistics, /methodology
+"""
+
+from django.urls import path
+
+from leaderboard.site import views
+
+urlpatterns = [
+    path("", views.ranked_list, name="home"),
+    path("editions/", views.editions, name="editions"),
+    path("editions/<str:name>/", views.ranked_list, name="edition"),
+    path("results/<int:pk>", views.result, name="result"),
+    path("results/<int:pk>/", views.result),
+    path("results/<int:pk>/bundle", views.result_bundle, name="result-bundle"),
+    path("results/<int:pk>/series.<str:ext>", views.result_series, name="result-series"),
+    path("systems/<int:pk>", views.system, name="system-page"),
+    path("systems/<int:pk>/", views.system),
+    path("sites/<int:pk>", views.site, name="site-page"),
+    path("sites/<int:pk>/", views.site),
+    path("statistics", views.statistics, name="statistics"),
+    path("methodology", views.methodology, name="methodology"),
+]

@@ -1,0 +1,484 @@
+"""The public pages: the ranked list and its editions, results, systems, sites, statistics, methodology.
+
+Every figure shown is one the service stored when it verified a bundle with `aiperf_runner.spec`
+(leaderboard/pipeline.py); the pages format and draw them, they never compute a score.
+The list works without JavaScript: filters are a GET form, sorting is links, everything is in the URL,
+and `?format=csv` / `?format=json` on any list URL downloads exactly the rows that URL shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Max, Q
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
+from leaderboard.site import charts, queries
+from leaderboard.site import format as fmt
+from leaderboard.site.queries import SORTS, ListParams
+
+GROUP_TITLES = {"integrity": "Integrity", "validity": "Validity (official division)", "stability": "Stability",
+                "plausibility": "Plausibility"}
+
+
+def _level_label(level: str) -> str:
+    return {"full": "Full", "partial": "Partial"}.get(level, level or "–")
+
+
+# ---- the list ------------------------------------------------------------------------------------
+
+def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
+    """`/` (the live list, or `?edition=NAME`) and `/editions/NAME/` (a frozen edition)."""
+    out = request.GET.get("format", "")
+    params = ListParams.from_query(request.GET, edition=name or "", allow_all=out in ("csv", "json"))
+    try:
+        view = queries.ranked_list(params, with_options=out not in ("csv", "json"))
+    except Edition.DoesNotExist:
+        raise Http404(f"no frozen edition named {params.edition!r}") from None
+    if out == "csv":
+        return _list_csv(request, view)
+    if out == "json":
+        return _list_json(request, view)
+
+    path = request.path
+    in_path = name is not None  # the edition is in the path: keep it out of the query string
+
+    def q(**changes: Any) -> str:
+        if in_path:
+            changes.setdefault("edition", None)
+        s = params.query(**changes)
+        return f"{path}?{s}" if s else path
+
+    headers = []
+    current, desc = params.sort.lstrip("-"), params.sort.startswith("-")
+    for key, (label, _fields, first_desc) in SORTS.items():
+        if key == current:
+            nxt = key if desc else f"-{key}"
+            aria = "descending" if desc else "ascending"
+            if key == "rank":
+                aria = "descending" if desc else "ascending"
+        else:
+            nxt = f"-{key}" if first_desc else key
+            aria = None
+        headers.append({"key": key, "label": label, "href": q(sort=nxt if nxt != "rank" else None, page=None),
+                        "aria_sort": aria, "numeric": key in ("rank", "nodes", "score", "regulated", "accuracy",
+                                                              "efficiency")})
+    page = view.page
+    pages = None
+    if page is not None and page.paginator.num_pages > 1:
+        pages = {"number": page.number, "count": page.paginator.num_pages,
+                 "first": q(page=None) if page.number > 1 else None,
+                 "prev": q(page=page.previous_page_number() if page.previous_page_number() > 1 else None)
+                 if page.has_previous() else None,
+                 "next": q(page=page.next_page_number()) if page.has_next() else None,
+                 "last": q(page=page.paginator.num_pages) if page.number < page.paginator.num_pages else None,
+                 "start": page.start_index(), "end": page.end_index()}
+    edition = view.edition
+    context = {
+        "view": view, "params": params, "rows_html": _rows_html(view.rows), "headers": headers, "pages": pages,
+        "edition": edition, "editions": list(queries.frozen_editions().values_list("name", flat=True)),
+        "divisions": Division.choices, "per_choices": queries.PER_PAGE_CHOICES,
+        "download": {
+            "csv": q(format="csv"), "json": q(format="json"),
+            "all_csv": q(format="csv", page=None, per="all"), "all_json": q(format="json", page=None, per="all"),
+        },
+        "canonical": reverse("edition", args=[edition.name]) if edition and not in_path else None,
+        "reset": path, "form_action": reverse("home"),
+        "nav": "editions" if edition else "list",
+    }
+    return render(request, "site/list.html", context)
+
+
+class _Urls:
+    """reverse() once per page, then fill in ids (a list page has hundreds of links)."""
+
+    def __init__(self) -> None:
+        self.result = reverse("result", args=[987654321]).replace("987654321", "{}")
+        self.system = reverse("system-page", args=[987654321]).replace("987654321", "{}")
+        self.site = reverse("site-page", args=[987654321]).replace("987654321", "{}")
+
+
+def _rows_html(rows: list[queries.Row]) -> SafeString:
+    """The <tr> of the list, built here rather than in the template: 100 rows x 13 cells render ~5x faster."""
+    urls = _Urls()
+    out = []
+    for row in rows:
+        r, s, site = row.result, row.result.system, row.result.site
+        accel = (f'{escape(s.accelerator_model)} <span class="count-x">× {s.accelerator_count}</span>'
+                 if s.accelerator_count else escape(s.cpu_model or "CPU"))
+        date = getattr(r, "ldate", None) or r.verified_at
+        out.append(
+            f'<tr data-result="{r.pk}">'
+            f'<td class="num col-rank">{row.rank if row.rank is not None else "–"}</td>'
+            f'<td class="col-system"><a href="{urls.result.format(r.pk)}">{escape(fmt.system_label(s))}</a></td>'
+            f'<td class="col-site"><a href="{urls.site.format(site.pk)}">{escape(site.name)}</a></td>'
+            f'<td class="col-country"><abbr title="{escape(fmt.country(site.country))}">{escape(site.country)}</abbr></td>'
+            f'<td class="col-accelerator">{accel}</td>'
+            f'<td class="num col-nodes">{s.nodes}</td>'
+            f'<td class="num col-score"><a href="{urls.result.format(r.pk)}" data-score="{row.score!r}">'
+            f'{fmt.ops(row.score)}</a></td>'
+            f'<td class="num col-regulated">{fmt.ops(row.regulated)}</td>'
+            f'<td class="num col-accuracy">{fmt.percent(r.max_accuracy, 2)}</td>'
+            f'<td class="num col-efficiency">{fmt.percent(r.efficiency) if r.efficiency is not None else "–"}</td>'
+            f'<td class="col-division"><span class="tag tag-{escape(row.division)}">{escape(row.division)}</span></td>'
+            f'<td class="col-level"><span class="tag tag-{escape(r.verification_level)}">'
+            f'{escape(_level_label(r.verification_level))}</span></td>'
+            f'<td class="col-date">{fmt.date(date)}</td></tr>')
+    return mark_safe("\n".join(out))
+
+
+EXPORT_FIELDS = ["rank", "division", "result_id", "url", "system", "system_id", "site", "site_id", "country",
+                 "vendor", "accelerator_model", "accelerator_count", "nodes", "score_ops", "regulated_score_ops",
+                 "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
+                 "rules_version", "date"]
+
+
+def _export_rows(request: HttpRequest, view: queries.ListView) -> list[dict[str, Any]]:
+    out = []
+    for row in view.rows:
+        r, s = row.result, row.result.system
+        date = getattr(r, "ldate", None) or r.verified_at
+        out.append({
+            "rank": row.rank, "division": row.division, "result_id": r.pk,
+            "url": request.build_absolute_uri(reverse("result", args=[r.pk])),
+            "system": fmt.system_label(s), "system_id": s.pk, "site": r.site.name, "site_id": r.site_id,
+            "country": r.site.country, "vendor": s.vendor, "accelerator_model": s.accelerator_model,
+            "accelerator_count": s.accelerator_count, "nodes": s.nodes, "score_ops": row.score,
+            "regulated_score_ops": row.regulated, "max_accuracy": r.max_accuracy, "efficiency": r.efficiency,
+            "peak_flops": r.peak_flops, "verification_level": r.verification_level, "precision": r.precision,
+            "preset": r.preset, "rules_version": r.rules_version, "date": date.isoformat() if date else None,
+        })
+    return out
+
+
+def _export_name(view: queries.ListView, ext: str) -> str:
+    parts = ["aiperf", view.edition.name if view.edition else "live"]
+    parts += [f"{k}-{v}" for k, v in view.params.filters().items() if k != "edition"]
+    if view.page is not None and view.page.paginator.num_pages > 1:
+        parts.append(f"page-{view.page.number}")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in "_".join(parts))
+    return f"{safe}.{ext}"
+
+
+def _list_csv(request: HttpRequest, view: queries.ListView) -> HttpResponse:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(_export_rows(request, view))
+    response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_export_name(view, "csv")}"'
+    return response
+
+
+def _list_json(request: HttpRequest, view: queries.ListView) -> HttpResponse:
+    p = view.params
+    body = {
+        "list": view.edition.name if view.edition else "live",
+        "filters": {k: v for k, v in p.filters().items() if k != "edition"},
+        "sort": p.sort, "page": view.page.number if view.page is not None else None,
+        "per_page": p.per, "count": view.total, "results": _export_rows(request, view),
+    }
+    response = JsonResponse(body, json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'attachment; filename="{_export_name(view, "json")}"'
+    return response
+
+
+def editions(request: HttpRequest) -> HttpResponse:
+    rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "top": fmt.ops(e.top),
+             "total": fmt.ops(e.total), "frozen": fmt.date(e.frozen_at)} for e in queries.edition_index()]
+    return render(request, "site/editions.html", {"rows": rows, "nav": "editions"})
+
+
+# ---- a result ------------------------------------------------------------------------------------
+
+def _visible_result(pk: int) -> Result:
+    return get_object_or_404(queries.visible_results().select_related("site", "system", "submission"), pk=pk)
+
+
+def result(request: HttpRequest, pk: int) -> HttpResponse:
+    from aiperf_runner.spec import rules as spec_rules
+    from aiperf_runner.spec.scoring import series_window
+
+    r = _visible_result(pk)
+    points = ResultSeries.objects.filter(result=r).values_list("points", flat=True).first() or []
+    trials = list(r.trials.order_by("trial"))
+    report = r.report or {}
+    checks = report.get("checks") or []
+    try:
+        th = spec_rules.thresholds(r.rules_version)
+    except ValueError:
+        th = {}
+    fraction = th.get("stability_window", 0.5)
+    window = series_window(points, fraction) if points else []
+    window_start = window[0]["t"] if window else None
+    stability = next((c for c in checks if c.get("name") == "stability.score_cv"), None)
+    label = f"steady-state window: last {fraction:.0%} of the run"
+    if stability and isinstance(stability.get("measured"), (int, float)):
+        label += f" · CV {stability['measured']:.3f} (bound {fmt.number(stability.get('threshold'))})"
+
+    charts_html = {}
+    if points:
+        charts_html["score"] = charts.score_over_time(points, window_start, label)
+        charts_html["accuracy"] = charts.accuracy_over_time(points)
+    if any(t.slot is not None and t.started_s is not None for t in trials):
+        charts_html["timeline"] = charts.trial_timeline(trials, r.duration_s or (points[-1]["t"] if points else 0))
+    if any(t.train_flops_per_image for t in trials):
+        charts_html["architectures"] = charts.architecture_flops(trials)
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in checks:
+        group = str(c.get("name", "")).split(".", 1)[0]
+        groups.setdefault(group, []).append({
+            "name": c.get("name"), "threshold": fmt.number(c.get("threshold")),
+            "measured": fmt.number(c.get("measured")), "passed": bool(c.get("passed")), "message": c.get("message"),
+        })
+    report_groups = [{"key": g, "title": GROUP_TITLES.get(g, g.title()), "checks": cs,
+                      "failed": sum(not c["passed"] for c in cs)} for g, cs in groups.items()]
+
+    live = Result.objects.live().filter(pk=r.pk).exists()
+    # its place in the division (as leaderboard/ranking.py: equal scores share a rank)
+    rank = Result.objects.live().filter(division=r.division, score_ops__gt=r.score_ops).count() + 1 if live else None
+    edition_ranks = list(EditionEntry.objects.filter(result=r, edition__frozen_at__isnull=False)
+                         .select_related("edition").order_by("-edition__name"))
+    s = r.system
+    context = {
+        "r": r, "system": s, "system_label": fmt.system_label(s), "site": r.site, "live": live, "rank": rank, "edition_ranks": edition_ranks,
+        "charts": charts_html, "report_groups": report_groups, "checks_total": len(checks),
+        "checks_failed": sum(not c.get("passed") for c in checks), "trials": trials,
+        "trials_html": _trials_html(trials),
+        "failed_names": [c.get("name") for c in checks if not c.get("passed")],
+        "demo": bool(report.get("demo")),
+        "bundle": bool(r.submission.bundle.name), "points": len(points),
+        "facts": [
+            ("Score", fmt.ops(r.score_ops)), ("Regulated score", fmt.ops(r.regulated_score_ops)),
+            ("Best accuracy", fmt.percent(r.max_accuracy, 2)),
+            ("Efficiency against peak", fmt.percent(r.efficiency) if r.efficiency is not None else "–"),
+            ("Peak at the run's precision", fmt.flops(r.peak_flops)),
+            ("Division", r.get_division_display()), ("Verification level", _level_label(r.verification_level)),
+            ("Duration", fmt.duration(r.duration_s)), ("Precision", r.precision or "–"), ("Preset", r.preset or "–"),
+            ("Trials finished", f"{r.trials_finished:,}"), ("Epochs", f"{r.epochs:,}"),
+        ],
+        "versions": [
+            ("Run id", r.run_id), ("Rules", f"{r.rules_version} (FLOP rules {report.get('rules_used') or report.get('rules') or '–'})"),
+            ("Spec", r.spec_version or "–"), ("Runner", r.runner_version or "–"), ("Verifier", r.verifier_version),
+            ("Started", fmt.date(r.started_at)), ("Verified", fmt.date(r.verified_at)),
+            ("Published", fmt.date(r.published_at)),
+        ],
+        "nav": "list",
+    }
+    return render(request, "site/result.html", context)
+
+
+def result_bundle(request: HttpRequest, pk: int) -> HttpResponse:
+    r = _visible_result(pk)
+    bundle = r.submission.bundle
+    if not bundle.name or not bundle.storage.exists(bundle.name):
+        raise Http404("the bundle of this result is not stored")
+    return FileResponse(bundle.open("rb"), as_attachment=True, filename=f"aiperf-{r.run_id}.tar.gz",
+                        content_type="application/gzip")
+
+
+def _trials_html(trials: list[Any]) -> SafeString:
+    """The rows of the trials table (a run has up to thousands of trials)."""
+    out = []
+    for t in trials:
+        acc = fmt.percent(t.best_accuracy, 2) if t.best_accuracy is not None else "–"
+        flop = fmt.flop(t.train_flops_per_image) if t.train_flops_per_image else "–"
+        start = f"{t.started_s:,.0f}" if t.started_s is not None else "–"
+        end = f"{t.ended_s:,.0f}" if t.ended_s is not None else "–"
+        out.append(
+            f'<tr><th scope="row">{escape(t.trial)}</th><td>{escape(t.parent or "–")}</td>'
+            f'<td>{escape(", ".join(t.morphisms or []) or "seed")}</td>'
+            f'<td class="num">{"–" if t.slot is None else t.slot}</td>'
+            f'<td class="num">{"–" if t.round is None else t.round}</td><td class="num">{start}</td>'
+            f'<td class="num">{end}</td><td class="num">{t.epochs}</td><td class="num">{acc}</td>'
+            f'<td class="num">{flop}</td><td>{escape(t.status or "–")}</td></tr>')
+    return mark_safe("\n".join(out))
+
+
+SERIES_FIELDS = ["t", "work", "score", "regulated", "max_accuracy"]
+
+
+def result_series(request: HttpRequest, pk: int, ext: str) -> HttpResponse:
+    """The series the service recomputed from the bundle (aiperf_runner.spec), as CSV or JSON."""
+    if ext not in ("csv", "json"):
+        raise Http404("the series comes as series.csv or series.json")
+    r = _visible_result(pk)
+    points = ResultSeries.objects.filter(result=r).values_list("points", flat=True).first()
+    if points is None:
+        raise Http404("no series stored for this result")
+    name = f"aiperf-result-{r.pk}-series.{ext}"
+    if ext == "json":
+        body = {"result": r.pk, "run_id": r.run_id, "rules_version": r.rules_version, "spec_version": r.spec_version,
+                "verifier_version": r.verifier_version, "units": {"t": "s since the run started", "work": "FLOP",
+                                                                  "score": "OPS", "regulated": "OPS",
+                                                                  "max_accuracy": "fraction"},
+                "points": points}
+        response = HttpResponse(json.dumps(body, indent=1), content_type="application/json")
+    else:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=SERIES_FIELDS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(points)
+        response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+# ---- systems and sites ---------------------------------------------------------------------------
+
+def _results_table(results: list[Result], ranks: dict[int, int], live_ids: set[int]) -> list[dict[str, Any]]:
+    return [{
+        "r": r, "url": reverse("result", args=[r.pk]), "rank": ranks.get(r.pk), "live": r.pk in live_ids,
+        "score": fmt.ops(r.score_ops), "regulated": fmt.ops(r.regulated_score_ops),
+        "accuracy": fmt.percent(r.max_accuracy, 2),
+        "efficiency": fmt.percent(r.efficiency) if r.efficiency is not None else "–",
+        "date": fmt.date(r.published_at or r.verified_at), "duration": fmt.duration(r.duration_s),
+        "level_label": _level_label(r.verification_level),
+        "system_label": fmt.system_label(r.system), "system_url": reverse("system-page", args=[r.system_id]),
+    } for r in results]
+
+
+def _with_ranks(results: list[Result]) -> tuple[dict[int, int], set[int]]:
+    ids = [r.pk for r in results]
+    live_ids = set(Result.objects.live().filter(pk__in=ids).values_list("pk", flat=True))
+    return queries.page_ranks(sorted(live_ids)), live_ids
+
+
+def system(request: HttpRequest, pk: int) -> HttpResponse:
+    s = get_object_or_404(System.objects.select_related("site"), pk=pk)
+    results = list(queries.visible_results().filter(system=s).select_related("site", "system").defer("report")
+                   .order_by("verified_at", "pk"))
+    ranks, live_ids = _with_ranks(results)
+    table = _results_table(results, ranks, live_ids)
+    charts_html = {}
+    if results:
+        charts_html["history"] = charts.score_history(
+            {"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
+             "regulated": r.regulated_score_ops, "label": f"result {r.pk}"} for r in results)
+    family = list(queries.visible_results().filter(site=s.site, system__accelerator_model=s.accelerator_model)
+                  .select_related("system").defer("report").order_by("system__nodes", "pk"))
+    # Like with like: the official division's results when there are any (open runs use smaller workloads).
+    scaling_division = Division.OFFICIAL if any(r.division == Division.OFFICIAL for r in family) else ""
+    if scaling_division:
+        family = [r for r in family if r.division == scaling_division]
+    if family:
+        charts_html["scaling"] = charts.scaling(
+            [{"nodes": r.system.nodes, "score": r.score_ops, "system_id": r.system_id,
+              "label": f"result {r.pk} ({r.system.accelerator_count} × {r.system.accelerator_model})"}
+             for r in family], s.pk)
+    peaks = [(k, fmt.flops(v)) for k, v in sorted((s.peak_flops or {}).items()) if isinstance(v, (int, float))]
+    siblings = (System.objects.filter(site=s.site, accelerator_model=s.accelerator_model).exclude(pk=s.pk)
+                .order_by("nodes"))
+    context = {
+        "s": s, "label": fmt.system_label(s), "table": table, "charts": charts_html, "peaks": peaks,
+        "siblings": list(siblings), "family_nodes": sorted({r.system.nodes for r in family}),
+        "scaling_division": scaling_division,
+        "facts": [
+            ("Site", s.site.name), ("Vendor", s.vendor or "–"),
+            ("Accelerator", f"{s.accelerator_count} × {s.accelerator_model}" if s.accelerator_count else "none (CPU)"),
+            ("Nodes", f"{s.nodes:,}"), ("Interconnect", s.interconnect or "–"),
+            ("CPU", f"{s.cpu_model or '–'}" + (f" ({s.cpu_cores} cores)" if s.cpu_cores else "")),
+            ("First seen", fmt.date(s.created_at)),
+        ],
+        "nav": "list",
+    }
+    return render(request, "site/system.html", context)
+
+
+def site(request: HttpRequest, pk: int) -> HttpResponse:
+    st = get_object_or_404(Site.objects.prefetch_related("keys"), pk=pk)
+    results = list(queries.visible_results().filter(site=st).select_related("site", "system").defer("report")
+                   .order_by("-score_ops", "pk"))
+    ranks, live_ids = _with_ranks(results)
+    systems = list(System.objects.filter(site=st).annotate(
+        n=Count("results", filter=Q(results__in=Result.objects.live())),
+        best=Max("results__score_ops", filter=Q(results__in=Result.objects.live()))).order_by("accelerator_model",
+                                                                                           "nodes"))
+    charts_html = {}
+    if results:
+        by_date = sorted(results, key=lambda r: (r.published_at or r.verified_at, r.pk))
+        charts_html["history"] = charts.score_history(
+            ({"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
+              "regulated": r.regulated_score_ops, "label": f"result {r.pk}: {fmt.system_label(r.system)}"}
+             for r in by_date), div_id="chart-site-history")
+    context = {
+        "st": st, "country_name": fmt.country(st.country), "table": _results_table(results, ranks, live_ids),
+        "systems": [{"s": x, "url": reverse("system-page", args=[x.pk]), "label": fmt.system_label(x), "n": x.n,
+                     "best": fmt.ops(x.best)} for x in systems],
+        "keys": list(st.keys.all()), "charts": charts_html, "nav": "list",
+    }
+    return render(request, "site/site.html", context)
+
+
+# ---- statistics and methodology ------------------------------------------------------------------
+
+def statistics(request: HttpRequest) -> HttpResponse:
+    division = request.GET.get("division", "")
+    division = division if division in Division.values else ""
+    shares = queries.shares(division)
+    over = queries.editions_over_time(division)
+    live = queries.live_summary(division)
+    timeline = over + ([live] if live["n"] else [])
+    vendor_editions = queries.vendor_share_over_editions(division)
+    charts_html = {}
+    if shares["vendor"]:
+        charts_html["vendor"] = charts.shares(shares["vendor"], "accelerator vendor", "chart-vendor")
+        charts_html["country"] = charts.shares(shares["country"], "country", "chart-country")
+        charts_html["accelerator"] = charts.shares(shares["accelerator"], "accelerator model", "chart-accelerator")
+    if timeline:
+        charts_html["editions"] = charts.editions(timeline)
+    if vendor_editions:
+        charts_html["vendor_editions"] = charts.vendor_share_over_editions(vendor_editions)
+
+    def table(rows: list[dict[str, Any]], label=lambda n: n) -> list[dict[str, Any]]:
+        n = sum(r["n"] for r in rows) or 1
+        total = sum(r["total"] for r in rows) or 1.0
+        return [{"name": label(r["name"]), "n": r["n"], "share_n": fmt.percent(r["n"] / n),
+                 "total": fmt.ops(r["total"]), "share_total": fmt.percent(r["total"] / total), "top": fmt.ops(r["top"])}
+                for r in rows]
+
+    context = {
+        "division": division, "divisions": Division.choices, "charts": charts_html, "live": live,
+        "live_total": fmt.ops(live["total"]), "live_top": fmt.ops(live["top"]),
+        "vendor_rows": table(shares["vendor"]),
+        "country_rows": table(shares["country"], lambda c: f"{fmt.country(c)} ({c})"),
+        "accelerator_rows": table(shares["accelerator"]),
+        "edition_rows": [{"name": r["name"], "n": r["n"], "total": fmt.ops(r["total"]), "top": fmt.ops(r["top"]),
+                          "url": reverse("edition", args=[r["name"]]) if r["name"] != "live" else reverse("home")}
+                         for r in timeline],
+        "nav": "statistics",
+    }
+    return render(request, "site/statistics.html", context)
+
+
+def methodology(request: HttpRequest) -> HttpResponse:
+    import aiperf_runner
+    from aiperf_runner.spec import SPEC_VERSION, scoring
+    from aiperf_runner.spec import rules as spec_rules
+
+    from leaderboard.pipeline import VERIFIER_VERSION
+
+    th = spec_rules.thresholds()
+    rows = [{"name": k, "value": fmt.number(v)} for k, v in th.items()]
+    context = {
+        "rules_version": spec_rules.RULES_VERSION, "spec_version": SPEC_VERSION,
+        "runner_version": aiperf_runner.__version__, "verifier_version": VERIFIER_VERSION,
+        "versions_known": list(spec_rules.THRESHOLDS), "thresholds": rows, "th": th,
+        "flop_rules": scoring.RULES, "default_rules": scoring.DEFAULT_RULES,
+        "step_s": scoring.OFFICIAL_STEP_S, "max_points": scoring.MAX_POINTS, "long_run_s": scoring.LONG_RUN_S,
+        "accuracy_cap": scoring.ACCURACY_CAP, "v1_train": scoring.V1_TRAIN_IMAGES, "v1_eval": scoring.V1_EVAL_IMAGES,
+        "window_pct": f"{th['stability_window']:.0%}", "min_acc_pct": f"{th['min_max_accuracy']:.0%}",
+        "min_duration_h": th["min_duration_s"] / 3600, "require_approval": settings.AIPERF_REQUIRE_APPROVAL,
+        "nav": "methodology",
+    }
+    return render(request, "site/methodology.html", context)

@@ -1,0 +1,44 @@
+"""Fixtures of the web tests: the site's URLconf and generated demo results."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def site_urls(settings):
+    settings.ROOT_URLCONF = "tests.web.urls"
+
+
+@pytest.fixture
+def demo_data():
+    """demo_data(n, seed=1) -> Summary: replace the demo data with n generated results."""
+    from leaderboard.site import demo
+
+    def make(n: int, seed: int = 1):
+        return demo.generate(n, seed=seed)
+
+    return make
+
+
+@pytest.fixture
+def real_result(transactional_db, settings, tmp_path):
+    """A result verified for real: a synthetic run signed, uploaded through the API and verified in-process.
+
+    Returns (Result, bundle bytes)."""
+    from aiperf_runner.spec import bundle
+
+    from leaderboard.models import Result
+    from tests.runfactory import make_run
+    from tests.service.conftest import new_site, upload
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.AIPERF_REQUIRE_APPROVAL = False
+    site = new_site("Real Site", "DE")
+    run = tmp_path / "run"
+    make_run(run, slots=2, trials=5, epochs=3, seed=7)
+    path = bundle.pack(run, tmp_path / "run.tar.gz", site.key)
+    resp = upload(site.client, path)
+    assert resp.status_code == 201, resp.content
+    result = Result.objects.get(pk=resp.json()["result"])
+    return result, path.read_bytes()

@@ -1,0 +1,195 @@
+"""The pages in a real browser: Debian's chromium, headless, driven by Playwright (recipe: shared/recipes/browser.md).
+
+Screenshots go to test-artifacts/ (git-ignored). Under AIPERF_REQUIRE_SERVICES=1 a missing chromium fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from leaderboard.models import Result, System
+from tests.helpers import REPO, need_service
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = REPO / "test-artifacts"
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    need_service(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover - playwright is in requirements-dev.txt
+        need_service(False, "playwright is not installed (pip install playwright)")
+    # The sync API keeps an event loop running in this thread while the browser is open; the ORM calls
+    # of the tests (and the database flush between them) are still synchronous and safe.
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
+
+
+@pytest.fixture
+def web(chromium, live_server):
+    """A page of a fresh browser context whose relative URLs go to the live server."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = chromium.new_context(viewport={"width": 1366, "height": 900}, base_url=live_server.url)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    pg.errors = errors
+    yield pg
+    context.close()
+
+
+def shot(page, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+@pytest.fixture
+def data(transactional_db, demo_data):
+    return demo_data(60)
+
+
+def scores(page) -> list[float]:
+    return [float(x) for x in page.locator("td.col-score a").evaluate_all("els => els.map(e => e.dataset.score)")]
+
+
+def test_list_loads_filters_and_sorts(web, data):
+    web.goto("/")
+    rows = web.locator("#ranked-list tbody tr[data-result]")
+    assert rows.count() == Result.objects.live().count()
+    assert web.locator("h1").inner_text() == "The AIPerf list"
+    shot(web, "list")
+
+    # filter: a GET form, so the filter lands in the URL
+    web.select_option("#f-division", "official")
+    web.click("button:has-text('Apply filters')")
+    web.wait_for_url(re.compile(r"division=official"))
+    divisions = web.locator("td.col-division").all_inner_texts()
+    assert divisions and set(divisions) == {"official"}
+    assert rows.count() == Result.objects.live().filter(division="official").count()
+
+    # sort by a header link: highest score first, then reversed; the filter stays
+    web.click("th.col-score a")
+    web.wait_for_url(re.compile(r"sort=-score"))
+    assert "division=official" in web.url
+    s = scores(web)
+    assert s == sorted(s, reverse=True)
+    assert web.locator("th.col-score").get_attribute("aria-sort") == "descending"
+    web.click("th.col-score a")
+    web.wait_for_url(re.compile(r"sort=score"))
+    s = scores(web)
+    assert s == sorted(s)
+    shot(web, "list-filtered-sorted")
+
+    # the CSV link downloads exactly these rows
+    with web.expect_download() as info:
+        web.click(".downloads a:has-text('CSV') >> nth=0")
+    text = Path(info.value.path()).read_text()
+    ids = [int(line.split(",")[2]) for line in text.strip().splitlines()[1:]]
+    assert ids == [int(x) for x in rows.evaluate_all("els => els.map(e => e.dataset.result)")]
+    assert not web.errors, web.errors
+
+
+def test_list_is_usable_by_keyboard_and_on_a_phone(web, data, chromium, live_server):
+    web.goto("/")
+    web.keyboard.press("Tab")
+    skip = web.locator("a.skip")
+    assert skip.evaluate("e => e === document.activeElement")
+    assert skip.is_visible()  # the skip link shows when focused
+    web.keyboard.press("Enter")
+    assert web.evaluate("document.activeElement.id") == "main"
+    # focus is drawn: the focused control has an outline
+    web.focus("#f-division")
+    assert web.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"
+
+    phone = chromium.new_context(viewport={"width": 390, "height": 844}, base_url=live_server.url,
+                                 is_mobile=True, has_touch=True)
+    p = phone.new_page()
+    p.goto("/")
+    # the page itself does not scroll sideways; only the table's own region does
+    assert p.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert p.locator("#ranked-list tbody tr[data-result]").count() > 0
+    p.screenshot(path=str(ARTIFACTS / "list-phone.png"), full_page=False)
+    phone.close()
+
+
+def test_result_page_charts_render(web, data):
+    r = Result.objects.live().order_by("-trials_finished").first()
+    web.goto(f"/results/{r.pk}")
+    for chart in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
+        web.wait_for_selector(f"#{chart} .main-svg", timeout=20_000)
+        assert web.locator(f"#{chart} svg.main-svg").count() >= 1, chart
+    # the steady-state window is drawn as a shape in the score chart
+    assert web.locator("#chart-score .shapelayer path").count() >= 1
+    # the score line has as many points as the stored series
+    n = web.evaluate("document.getElementById('chart-score').data[0].y.length")
+    assert n == len(r.series.points)
+    assert web.locator("#verification-report tbody tr[id^=check-]").count() == len(r.report["checks"])
+    shot(web, "result")
+    assert not web.errors, web.errors
+
+
+def test_system_page_shows_the_scaling_chart(web, data):
+    candidates = [s for s in System.objects.order_by("-nodes")
+                  if Result.objects.live().filter(site=s.site, system__accelerator_model=s.accelerator_model)
+                  .values("system__nodes").distinct().count() > 1 and Result.objects.live().filter(system=s).exists()]
+    s = candidates[0] if candidates else Result.objects.live().first().system
+    web.goto(f"/systems/{s.pk}")
+    web.wait_for_selector("#chart-scaling .main-svg", timeout=20_000)
+    legend = web.locator("#chart-scaling .legend").text_content()
+    assert "linear scaling" in legend and "this system" in legend
+    assert web.locator("#chart-scaling .scatterlayer .trace").count() >= 2
+    web.wait_for_selector("#chart-history .main-svg")
+    shot(web, "system")
+    assert not web.errors, web.errors
+
+
+def test_statistics_and_methodology_render(web, data):
+    web.goto("/statistics")
+    for chart in ("chart-vendor", "chart-country", "chart-editions"):
+        web.wait_for_selector(f"#{chart} .main-svg", timeout=20_000)
+    shot(web, "statistics")
+    web.goto("/methodology")
+    assert "Rules and thresholds" in web.inner_text("main")
+    web.goto("/editions/")
+    web.click("table.editions tbody a >> nth=0")
+    web.wait_for_url(re.compile(r"/editions/[^/]+/$"))
+    assert web.locator("#ranked-list tbody tr[data-result]").count() > 0
+    shot(web, "edition")
+    assert not web.errors, web.errors
+
+
+def test_a_really_verified_result_renders(web, real_result):
+    """The pages on a result the pipeline verified from a signed bundle (not generated demo data)."""
+    result, _ = real_result
+    web.goto(f"/results/{result.pk}")
+    for chart in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
+        web.wait_for_selector(f"#{chart} .main-svg", timeout=20_000)
+    assert "Demo data" not in web.inner_text("main")
+    assert web.locator("a:has-text('Signed bundle')").count() == 1
+    shot(web, "result-verified")
+    web.goto("/")
+    assert web.locator(f'tr[data-result="{result.pk}"]').count() == 1
+    assert not web.errors, web.errors

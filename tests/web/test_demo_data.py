@@ -1,0 +1,80 @@
+"""`manage.py aiperf_demo_data`: generated, marked, consistent, replaceable, refused in production."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from aiperf_runner.spec import scoring
+from aiperf_runner.spec.rules import thresholds
+from django.core.management import CommandError, call_command
+
+from leaderboard.models import Edition, EditionEntry, Result, ResultSeries, Site, Submission, System, Trial
+from leaderboard.site import demo
+
+pytestmark = pytest.mark.django_db
+
+
+def test_refused_when_debug_is_off_unless_forced(settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="--force"):
+        call_command("aiperf_demo_data", results=3)
+    assert not Result.objects.exists()
+    out = io.StringIO()
+    call_command("aiperf_demo_data", results=3, force=True, stdout=out)
+    assert "3 results" in out.getvalue()
+    assert Result.objects.count() == 3
+
+
+def test_generates_n_marked_results_with_everything(settings):
+    settings.DEBUG = True
+    call_command("aiperf_demo_data", results=25, stdout=io.StringIO())
+    assert Result.objects.count() == 25 == ResultSeries.objects.count() == Submission.objects.count()
+    assert Trial.objects.count() > 25
+    assert all(s.url.startswith(demo.DEMO_URL) for s in Site.objects.all())
+    assert all(r.report["demo"] is True for r in Result.objects.all())
+    assert all(e.notes.startswith(demo.DEMO_NOTE) for e in Edition.objects.all())
+    assert Site.objects.filter(keys__isnull=False).distinct().count() == Site.objects.count()
+
+
+def test_figures_hang_together_as_verified_ones_do():
+    demo.generate(30)
+    th = thresholds()
+    for r in Result.objects.select_related("series"):
+        points = r.series.points
+        assert points[-1]["score"] == r.score_ops and points[-1]["max_accuracy"] == r.max_accuracy
+        assert r.regulated_score_ops == pytest.approx(scoring.regulated_score(r.score_ops, r.max_accuracy))
+        assert [p["t"] for p in points] == pytest.approx(scoring.grid(r.duration_s))
+        assert r.score_ops <= r.peak_flops and r.efficiency == pytest.approx(r.score_ops / r.peak_flops)
+        cv = scoring.coefficient_of_variation(p["score"] for p in scoring.series_window(points, th["stability_window"]))
+        check = next(c for c in r.report["checks"] if c["name"] == "stability.score_cv")
+        assert check["measured"] == cv and check["passed"] == (cv <= th["max_score_cv"])
+        valid = all(c["passed"] for c in r.report["checks"] if c["name"].startswith("validity."))
+        assert r.division == ("official" if valid else "open")
+        assert r.verification_level == ("full" if valid and check["passed"] else "partial")
+        trials = list(r.trials.all())
+        assert max(t.ended_s for t in trials) <= r.duration_s
+        assert max(t.best_accuracy for t in trials) == pytest.approx(r.max_accuracy)
+    for entry in EditionEntry.objects.select_related("edition", "result"):
+        assert entry.result.published_at <= entry.edition.frozen_at
+
+
+def test_running_again_replaces_demo_data_and_keeps_real_data():
+    real = Site(name="Real Lab", country="FR")
+    real.save()
+    demo.generate(10)
+    demo.generate(7, seed=3)
+    assert Result.objects.count() == 7
+    assert Site.objects.filter(pk=real.pk).exists()
+    out = io.StringIO()
+    call_command("aiperf_demo_data", clear=True, force=True, stdout=out)
+    assert "removed 7" in out.getvalue()
+    assert not Result.objects.exists() and not System.objects.exists() and not Edition.objects.exists()
+    assert list(Site.objects.values_list("name", flat=True)) == ["Real Lab"]
+
+
+def test_same_seed_same_data():
+    demo.generate(5, seed=11)
+    first = sorted(Result.objects.values_list("score_ops", flat=True))
+    demo.generate(5, seed=11)
+    assert sorted(Result.objects.values_list("score_ops", flat=True)) == first

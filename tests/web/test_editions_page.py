@@ -1,0 +1,56 @@
+"""`/editions/` and `/editions/<name>/`: frozen lists with their own URLs, filters and downloads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from leaderboard import ranking
+from leaderboard.models import Edition, Result, Submission
+
+pytestmark = pytest.mark.django_db
+
+
+def test_index_lists_frozen_editions(client, demo_data):
+    demo_data(40)
+    Edition.objects.create(name="draft")  # not frozen: not listed
+    html = client.get("/editions/").content.decode()
+    frozen = Edition.objects.filter(frozen_at__isnull=False)
+    assert frozen.exists()
+    for e in frozen:
+        assert f'href="/editions/{e.name}/"' in html
+    assert "/editions/draft/" not in html
+    assert client.get("/editions/draft/").status_code == 404
+    assert client.get("/editions/nope/").status_code == 404
+
+
+def test_an_edition_shows_its_frozen_ranks_and_scores(client, demo_data):
+    demo_data(40)
+    e = Edition.objects.filter(frozen_at__isnull=False).order_by("name").first()
+    entries = {x.result_id: x for x in e.entries.all()}
+    # the live figures move on; the edition keeps its own
+    some = next(iter(entries))
+    Result.objects.filter(pk=some).update(score_ops=1.0)
+    Submission.objects.filter(result__pk=some).update(status=Submission.Status.WITHDRAWN)
+    html = client.get(f"/editions/{e.name}/?per=500").content.decode()
+    rows = re.findall(r'<tr data-result="(\d+)">\s*<td class="num col-rank">(\d+)</td>', html)
+    assert {int(pk) for pk, _ in rows} == set(entries)
+    assert all(entries[int(pk)].rank == int(rank) for pk, rank in rows)
+    data = client.get(f"/editions/{e.name}/?per=all&format=json").json()
+    assert data["list"] == e.name
+    by_id = {r["result_id"]: r for r in data["results"]}
+    assert by_id[some]["score_ops"] == entries[some].score_ops != 1.0
+    # the same edition through the list's filter form
+    alt = client.get(f"/?edition={e.name}&per=500").content.decode()
+    assert re.findall(r'<tr data-result="(\d+)">', alt) == [pk for pk, _ in rows]
+    assert f'<link rel="canonical" href="/editions/{e.name}/">' in alt
+
+
+def test_edition_filters_work(client, demo_data):
+    demo_data(40)
+    e = Edition.objects.filter(frozen_at__isnull=False).order_by("-name").first()
+    html = client.get(f"/editions/{e.name}/?division=open&per=500").content.decode()
+    ids = [int(x) for x in re.findall(r'<tr data-result="(\d+)">', html)]
+    assert ids and set(ids) == set(e.entries.filter(division="open").values_list("result_id", flat=True))
+    assert ranking.edition_ranks(e)

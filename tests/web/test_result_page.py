@@ -1,0 +1,126 @@
+"""`/results/<id>`: charts of the stored series and trials, the verification report, and the downloads."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from leaderboard.models import Edition, EditionEntry, Result, Submission
+
+pytestmark = pytest.mark.django_db
+
+
+def test_result_page_has_its_four_charts_and_the_local_plotly(client, demo_data):
+    demo_data(8)
+    r = Result.objects.live().first()
+    resp = client.get(f"/results/{r.pk}")
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    for div in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
+        assert f'id="{div}"' in html, div
+        assert f'Plotly.newPlot(                        "{div}"' in html or f'"{div}"' in html
+    assert '<script src="/static/vendor/plotly.min.js"></script>' in html
+    assert "cdn.plot.ly" not in html and "cdn.jsdelivr" not in html  # no CDN anywhere
+    assert html.count("/static/vendor/plotly.min.js") == 1
+    assert "steady-state window" in html  # the shaded window's label
+
+
+def test_charts_draw_the_stored_figures(client, demo_data):
+    """The score chart plots the stored series as it is: the web layer computes no score."""
+    demo_data(4)
+    r = Result.objects.live().first()
+    html = client.get(f"/results/{r.pk}").content.decode()
+    call = html[html.index('"chart-score"'):]
+    data = json.loads(call[call.index("["):call.index("}],") + 2])
+    points = r.series.points
+    assert data[0]["y"] == [p["score"] for p in points]
+    assert data[1]["y"] == [p["regulated"] for p in points]
+    assert data[0]["y"][-1] == r.score_ops
+
+
+def test_verification_report_lists_every_check(client, demo_data):
+    demo_data(4)
+    r = Result.objects.live().first()
+    html = client.get(f"/results/{r.pk}").content.decode()
+    table = html[html.index('id="verification-report"'):html.index("</table>", html.index('id="verification-report"'))]
+    checks = r.report["checks"]
+    assert table.count('<th scope="row"><code>') == len(checks) > 15
+    for c in checks:
+        assert f"<code>{c['name']}</code>" in table
+    assert "Threshold" in table and "Measured" in table and "Outcome" in table
+    assert table.count("✓ passed") == sum(c["passed"] for c in checks)
+    assert table.count("✗ not passed") == sum(not c["passed"] for c in checks)
+
+
+def test_demo_results_say_so(client, demo_data):
+    demo_data(3)
+    html = client.get(f"/results/{Result.objects.first().pk}").content.decode()
+    assert "Demo data." in html and "Bundle: not stored (demo data)" in html
+
+
+def test_series_downloads_are_the_stored_series(client, demo_data):
+    demo_data(3)
+    r = Result.objects.live().first()
+    resp = client.get(f"/results/{r.pk}/series.csv")
+    assert resp.status_code == 200 and resp["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+    assert [float(x["score"]) for x in rows] == [p["score"] for p in r.series.points]
+    assert list(rows[0]) == ["t", "work", "score", "regulated", "max_accuracy"]
+    body = client.get(f"/results/{r.pk}/series.json").json()
+    assert body["points"] == r.series.points and body["run_id"] == r.run_id
+    assert client.get(f"/results/{r.pk}/series.xml").status_code == 404
+
+
+def test_a_verified_upload_shows_its_report_and_downloads_its_bundle(client, real_result):
+    result, data = real_result
+    html = client.get(f"/results/{result.pk}").content.decode()
+    assert "Demo data." not in html
+    for c in result.report["checks"]:
+        assert f"<code>{c['name']}</code>" in html
+    assert f'href="/results/{result.pk}/bundle"' in html
+    resp = client.get(f"/results/{result.pk}/bundle")
+    assert resp.status_code == 200
+    assert b"".join(resp.streaming_content) == data
+    assert f"aiperf-{result.run_id}.tar.gz" in resp["Content-Disposition"]
+    body = client.get(f"/results/{result.pk}/series.json").json()
+    assert body["points"] == result.series.points
+    for div in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
+        assert f'id="{div}"' in html, div
+
+
+def test_hidden_results_are_not_found(client, demo_data):
+    demo_data(4)
+    r = Result.objects.live().first()
+    EditionEntry.objects.filter(result=r).delete()  # not cited by a frozen edition either
+    Result.objects.filter(pk=r.pk).update(published=False)
+    assert client.get(f"/results/{r.pk}").status_code == 404
+    assert client.get(f"/results/{r.pk}/series.json").status_code == 404
+    assert client.get(f"/results/{r.pk}/bundle").status_code == 404
+    assert client.get("/results/999999").status_code == 404
+
+
+def test_a_withdrawn_result_cited_by_an_edition_stays_readable(client, demo_data):
+    demo_data(6)
+    r = Result.objects.live().first()
+    if not EditionEntry.objects.filter(result=r).exists():
+        ed = Edition.objects.create(name="test-ed", frozen_at=r.verified_at)
+        EditionEntry.objects.create(edition=ed, result=r, division=r.division, rank=1, score_ops=r.score_ops,
+                                    regulated_score_ops=r.regulated_score_ops)
+    Submission.objects.filter(pk=r.submission_id).update(status=Submission.Status.WITHDRAWN)
+    html = client.get(f"/results/{r.pk}").content.decode()
+    assert "Not on the live list" in html
+    assert re.search(r"In frozen editions: <a href=\"/editions/", html)
+
+
+def test_result_page_query_count_is_bounded(client, demo_data):
+    demo_data(20)
+    r = Result.objects.live().order_by("-trials_finished").first()
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(f"/results/{r.pk}")
+    assert len(ctx) <= 10

@@ -1,0 +1,63 @@
+"""`/systems/<id>`: hardware facts, every result, the score history and the scaling chart."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from leaderboard.models import Result, System
+
+pytestmark = pytest.mark.django_db
+
+
+def family_system(min_nodes: int = 2) -> System:
+    """A system whose site has other systems with the same accelerator (a scaling family)."""
+    for s in System.objects.filter(nodes__gte=min_nodes).order_by("-nodes"):
+        if System.objects.filter(site=s.site, accelerator_model=s.accelerator_model).exclude(pk=s.pk).exists() \
+                and Result.objects.live().filter(system=s).exists():
+            return s
+    pytest.skip("no scaling family in the generated data")
+
+
+def test_system_page_shows_facts_and_every_result(client, demo_data):
+    demo_data(80)
+    s = family_system()
+    html = client.get(f"/systems/{s.pk}").content.decode()
+    assert s.accelerator_model in html and f"{s.accelerator_count} × {s.accelerator_model}" in html
+    assert s.interconnect in html and s.vendor in html
+    assert "Declared peak, bf16" in html and "FLOP/s" in html
+    for r in Result.objects.live().filter(system=s):
+        assert f'href="/results/{r.pk}"' in html
+    assert 'id="chart-history"' in html
+
+
+def test_scaling_chart_has_points_and_the_linear_line(client, demo_data):
+    demo_data(80)
+    s = family_system()
+    html = client.get(f"/systems/{s.pk}").content.decode()
+    assert 'id="chart-scaling"' in html
+    call = html[html.index('"chart-scaling"'):]
+    data = json.loads(call[call.index("["):call.index("}],") + 2])
+    names = [t["name"] for t in data]
+    assert "this system" in names and "linear scaling" in names
+    line = next(t for t in data if t["name"] == "linear scaling")
+    # the line is proportional to the node count
+    (x0, x1), (y0, y1) = line["x"], line["y"]
+    assert x1 > x0 and y1 / y0 == pytest.approx(x1 / x0) if x0 else y0 == 0
+    here = next(t for t in data if t["name"] == "this system")
+    assert set(here["x"]) == {s.nodes}
+
+
+def test_unknown_system_is_not_found(client):
+    assert client.get("/systems/424242").status_code == 404
+
+
+def test_system_without_results(client, demo_data):
+    demo_data(5)
+    s = System.objects.first()
+    Result.objects.filter(system=s).update(published=False)
+    resp = client.get(f"/systems/{s.pk}")
+    assert resp.status_code == 200
+    assert re.search(r"No results on the list yet|result", resp.content.decode())
