@@ -25,13 +25,14 @@ COPY manage.py ./
 COPY server/ server/
 COPY leaderboard/ leaderboard/
 COPY templates/ templates/
+COPY static/ static/
 
-# Static files are collected at build time and served by whitenoise.
+# Static files are collected at build time (into the STATIC_ROOT the containers use) and served by whitenoise.
+ENV MEDIA_ROOT=/data/media STATIC_ROOT=/app/staticfiles
 RUN DEBUG=0 SECRET_KEY=collectstatic-only DATABASE_URL=sqlite:////tmp/build.sqlite3 \
     python manage.py collectstatic --noinput \
     && mkdir -p /data/media && chown -R aiperf:aiperf /data
 
 USER aiperf
-ENV MEDIA_ROOT=/data/media STATIC_ROOT=/app/staticfiles
 EXPOSE 8000
 CMD ["gunicorn", "server.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "300"]
