@@ -4,14 +4,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from leaderboard import health, web
+from leaderboard import health
 from leaderboard.api.router import router
 
 urlpatterns = [
-    path("", include("leaderboard.site.urls")),  # the public pages (docs/site.md); first match wins
-    path("", web.leaderboard, name="home"),
-    path("results/<int:pk>", web.result, name="result"),
-    path("results/<int:pk>/", web.result),
+    path("", include("leaderboard.site.urls")),  # the public pages (docs/site.md)
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
