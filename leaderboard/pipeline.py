@@ -31,7 +31,7 @@ from typing import Any
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks
 from aiperf_runner.spec.runio import RunDir, RunIOError
-from aiperf_runner.spec.verify import verify
+from aiperf_runner.spec.verify import efficiency, run_peak, verify
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, ProtectedError, Q
@@ -252,24 +252,6 @@ def _system(sub: Submission, run: dict[str, Any]) -> System:
     return system
 
 
-def _peak(run: dict[str, Any]) -> float | None:
-    """The peak the plausibility checks use: declared at the run's precision, else the table's.
-
-    (Only when the report does not carry `peak_flops` itself.)
-    """
-    precision = run.get("precision")
-    declared = (run.get("declared_peak_flops") or {}).get(precision) if isinstance(
-        run.get("declared_peak_flops"), dict) else None
-    if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:
-        return float(declared)
-    if precision in peaks.PRECISIONS and isinstance(run.get("system"), dict):
-        try:
-            return peaks.system_peak(run["system"], precision)[0]
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
 def _started_at(run: dict[str, Any]) -> datetime | None:
     created = run.get("created_at")
     if isinstance(created, (int, float)) and not isinstance(created, bool):
@@ -280,7 +262,6 @@ def _started_at(run: dict[str, Any]) -> datetime | None:
 def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reverify: bool) -> None:
     _step("result", sub.pk)
     report, run = stored["report"], stored["run"]
-    peak = report.get("peak_flops") or _peak(run)
     now = timezone.now()
     with transaction.atomic():
         current = _locked(sub, token)
@@ -296,8 +277,8 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
             "regulated_score_ops": report["regulated_score_ops"],
             "max_accuracy": report["max_accuracy"],
             "duration_s": report["duration_s"],
-            "peak_flops": peak,
-            "efficiency": report["score_ops"] / peak if peak else None,
+            "peak_flops": run_peak(run),
+            "efficiency": efficiency(report["score_ops"], run),
             "trials_finished": report["trials_finished"],
             "epochs": report["epochs"],
             "rules_version": report["rules_version"],

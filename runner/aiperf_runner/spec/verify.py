@@ -125,6 +125,18 @@ def _peaks(run: Mapping[str, Any], precision: Any) -> tuple[float | None, float 
     return declared, table, how, slot_peak
 
 
+def run_peak(run: Mapping[str, Any]) -> float | None:
+    """The peak FLOP/s a run is judged against: declared at its precision, else the table's."""
+    declared, table, _how, _slot_peak = _peaks(run, run.get("precision"))
+    return declared or table
+
+
+def efficiency(score_ops: float, run: Mapping[str, Any]) -> float | None:
+    """Score as a share of the run's peak (None when no peak is known)."""
+    peak = run_peak(run)
+    return score_ops / peak if peak else None
+
+
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
                 rules_version: str, workers: int | None = None) -> dict[str, Any]:
     th = R.thresholds(rules_version)
