@@ -135,3 +135,22 @@ def test_spawned_process_failure_is_logged(tmp_path: Path) -> None:
     assert proc.returncode != 0
     errors = [e for e in read_events(d / "events.jsonl") if e["type"] == "trial_error"]
     assert len(errors) == 1 and "device_type" in errors[0]["error"]
+
+
+def _rank_one_fails(rank: int, out: str) -> None:
+    if rank == 1:
+        raise RuntimeError("rank 1 ran out of memory")
+    import time
+    time.sleep(1.0)  # rank 0 is slower to notice, as when it logs its own error
+    Path(out, "rank0-finished").write_text("yes")
+
+
+def test_spawn_join_lets_rank_zero_finish_and_names_the_cause(tmp_path: Path) -> None:
+    from aiperf_runner.train.trial import _failure_text, _join_spawned
+
+    context = mp.start_processes(_rank_one_fails, args=(str(tmp_path),), nprocs=2, join=False,
+                                 start_method="spawn")
+    with pytest.raises(mp.ProcessRaisedException) as caught:
+        _join_spawned(context, grace_s=20)
+    assert (tmp_path / "rank0-finished").exists()  # not terminated at rank 1's failure
+    assert _failure_text(caught.value) == "RuntimeError: rank 1 ran out of memory"

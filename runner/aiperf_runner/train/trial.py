@@ -52,6 +52,7 @@ from .precision import Precision, setup_precision
 CHECKPOINT = "checkpoint.pt"
 EVENTS = "events.jsonl"
 CHECKPOINT_FORMAT = "aiperf-checkpoint/1"
+SPAWN_GRACE_S = 15.0  # after one spawned rank fails, how long the others get to finish logging
 MOMENTUM = 0.9
 
 
@@ -393,8 +394,11 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_trial(trial_dir: Path, attempt: int, denv: DistEnv) -> int:
-    """Run (or resume) the trial in this process; returns the exit status."""
+def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: bool = False) -> int:
+    """Run (or resume) the trial in this process; returns the exit status.
+
+    With `raise_on_worker`, a rank other than 0 re-raises its failure (after the usual clean-up)
+    so that a spawning parent learns the cause; rank 0 always logs it as `trial_error`."""
     trial_dir = Path(trial_dir)
     is_main = denv.rank == 0
     writer: EventWriter | None = None
@@ -418,6 +422,8 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv) -> int:
                               error=f"{type(exc).__name__}: {exc}"[:2000])
             except Exception:  # noqa: BLE001 - the log itself is unusable; stderr has the traceback
                 traceback.print_exc()
+        elif raise_on_worker:
+            raise
         return 1
     finally:
         if writer is not None:
@@ -573,9 +579,22 @@ def _spawn_entry(local_rank: int, trial_dir: str, attempt: int, nproc: int, port
     denv = DistEnv(local_rank, nproc, local_rank, nproc, "127.0.0.1", port, "spawn")
     os.environ.update({"RANK": str(local_rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(local_rank),
                        "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    code = run_trial(Path(trial_dir), attempt, denv)
+    code = run_trial(Path(trial_dir), attempt, denv, raise_on_worker=True)
     if code:
         sys.exit(code)
+
+
+def _join_spawned(context: Any, grace_s: float) -> None:
+    """Wait for every spawned process; after the first failure give the others `grace_s` to finish,
+    so that rank 0 (the only one that writes the log) records its own error before it is stopped."""
+    while not context.join(grace_period=grace_s):
+        pass
+
+
+def _failure_text(exc: BaseException) -> str:
+    """The cause of a failed rank: the last line of its traceback where torch passed one on."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
 
 
 def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
@@ -585,8 +604,9 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
     events = trial_dir / EVENTS
     before = sum(1 for _ in iter_events(events, allow_partial_tail=True)) if events.exists() else 0
     try:
-        mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, _free_port()), nprocs=nproc,
-                           join=True, start_method="spawn")
+        context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, _free_port()),
+                                     nprocs=nproc, join=False, start_method="spawn")
+        _join_spawned(context, SPAWN_GRACE_S)
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank failed; make sure the log says so
         print(f"trial: a process failed: {exc}", file=sys.stderr, flush=True)
@@ -596,7 +616,7 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
             if not any(d["type"] == "trial_error" for d in new):
                 with EventWriter(events) as writer:
                     writer.append("trial_error", trial=trial_dir.name, attempt=attempt,
-                                  error=f"a training process failed: {exc}"[:2000])
+                                  error=f"a training process failed: {_failure_text(exc)}"[:2000])
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         return 1
