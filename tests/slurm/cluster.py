@@ -82,10 +82,12 @@ def queue(conf: Path) -> dict[str, tuple[str, str]]:
     return {i: (n, s) for i, n, s in (line.split("|") for line in out.splitlines() if line.count("|") == 2)}
 
 
-def start_run(conf: Path, run_dir: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    """`aiperf-runner run --backend slurm --out RUN_DIR ARGS...` against the cluster of `conf`."""
-    return subprocess.Popen([*RUNNER, "run", "--backend", "slurm", "--out", str(run_dir), "--progress", "plain", *args],
-                            env=env_for(conf, **env), cwd=str(REPO), stdout=subprocess.PIPE,
+def start_run(conf: Path, run_dir: Path, *args: str, cwd: Path = REPO, **env: str) -> subprocess.Popen[str]:
+    """`aiperf-runner run --backend slurm --out RUN_DIR ARGS...` against the cluster of `conf`, from `cwd`
+    (RUN_DIR is given relative to `cwd` when it lies inside it, as an operator would type it)."""
+    out = os.path.relpath(run_dir, cwd) if Path(cwd) in Path(run_dir).parents else str(run_dir)
+    return subprocess.Popen([*RUNNER, "run", "--backend", "slurm", "--out", out, "--progress", "plain", *args],
+                            env=env_for(conf, **env), cwd=str(cwd), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 

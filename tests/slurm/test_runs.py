@@ -30,7 +30,8 @@ def job_ids(run_dir: Path) -> dict[str, str]:
 
 def test_smoke_run_with_slurm(one_node: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", f"{SMOKE_S}s")
+    # From the directory above the run, `--out run`: relative paths must reach sbatch correctly.
+    proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", f"{SMOKE_S}s", cwd=tmp_path)
     seen: dict[str, str] = {}  # job id -> name, as squeue lists them while the run goes on
     try:
         tag = wait_until(lambda: (run_dir / "run.json").exists() and run_tag(run_dir), 60, "run.json", proc)

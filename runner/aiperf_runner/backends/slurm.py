@@ -530,7 +530,9 @@ class SlurmBackend(Backend):
         script.write_text(self.batch_script(spec, slot))
         env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable})
         run_dir = Path(os.path.abspath(self.run_dir))
-        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", str(script)],
+        # sbatch runs in the run directory: the script's path relative to it (a relative --out
+        # would otherwise name the script twice over).
+        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", self._rel(script)],
                         env=env, cwd=run_dir, tries=3)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
