@@ -50,6 +50,9 @@ TRIAL_MODULE = "aiperf_runner.train.trial"
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 LOCK_FILE = "controller.lock"
 STDERR_TAIL_CHARS = 2000
+# A backend that refuses this many launches in a row, with none accepted in between, is broken
+# (no scheduler, a bad option, an unwritable run directory): stop instead of burning the search.
+LAUNCH_FAILURES_IN_A_ROW = 8
 
 
 class ControllerError(RuntimeError):
@@ -300,6 +303,7 @@ class Controller:
         self.running: dict[int, Running] = {}  # slot index -> attempt
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
+        self._launch_failures_in_a_row = 0
         self._score = _LiveScore(run_dir, config.rules)
         for event in replayed or ():
             self._score.feed(event)
@@ -548,7 +552,13 @@ class Controller:
             self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(slot.nodes),
                       devices=slot.world_size)
             self._failed(tr, attempt, f"launch failed: {type(exc).__name__}: {exc}")
+            self._launch_failures_in_a_row += 1
+            if self._launch_failures_in_a_row >= LAUNCH_FAILURES_IN_A_ROW:
+                raise ControllerError(f"the {self.config.backend} backend failed to launch "
+                                      f"{self._launch_failures_in_a_row} attempts in a row; the last: "
+                                      f"{type(exc).__name__}: {exc}") from exc
             return
+        self._launch_failures_in_a_row = 0
         self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(handle.nodes),
                   devices=slot.world_size)
         self.running[slot.index] = Running(tr, attempt, slot, handle)

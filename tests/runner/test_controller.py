@@ -111,6 +111,30 @@ def test_failed_trials_are_retried_then_given_up(tmp_path: Path, fake_env) -> No
     assert failed_checks(verify(run_dir)) <= OPEN_DIVISION_CHECKS
 
 
+def test_a_backend_that_cannot_launch_stops_the_run(tmp_path: Path, fake_env) -> None:
+    from aiperf_runner import controller as ctl
+
+    run_dir = tmp_path / "run"
+    controller = Controller.create(config(duration_s=60.0, max_retries=1), run_dir)
+    real_launch, calls = controller.backend.launch, []
+
+    def launch(spec, slot):
+        calls.append(spec.trial_id)
+        if len(calls) in (1, 3):  # an occasional refusal is the attempt's failure, then the run goes on
+            raise OSError("sbatch: Socket timed out")
+        if len(calls) >= 4:
+            raise OSError("sbatch: invalid partition specified")
+        return real_launch(spec, slot)
+
+    controller.backend.launch = launch
+    with pytest.raises(ControllerError, match="failed to launch 8 attempts in a row.*invalid partition"):
+        controller.run()
+    assert len(calls) == 2 + ctl.LAUNCH_FAILURES_IN_A_ROW  # the count restarted after call 2
+    events = read_events(run_dir / "events.jsonl")
+    assert events[-1]["type"] == "run_finished" and "invalid partition" in events[-1]["error"]
+    assert verify(run_dir)["integrity_ok"]
+
+
 def test_stop_request_cancels_and_finishes(tmp_path: Path, fake_env) -> None:
     run_dir = tmp_path / "run"
     controller = Controller.create(config(duration_s=60.0, epoch_budgets=[100]), run_dir)
