@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import math
 from pathlib import Path
 
@@ -262,3 +263,15 @@ def test_trial_json_fields(tmp_path: Path) -> None:
     assert cfg.data.train_images == TINY_DATASET["train_images"] and cfg.data.image_size == 16
     assert cfg.patience == 2 and cfg.epoch_budget == 2
     assert json.loads((d / "trial.json").read_text())["trial"] == cfg.trial
+
+
+def test_cpu_budget_follows_the_slurm_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiperf_runner.train.trial import cpu_budget
+
+    visible = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+    assert cpu_budget() == visible
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "1")  # a job given one CPU of a shared node
+    assert cpu_budget() == 1
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", str(visible + 64))  # never more than this process may use
+    assert cpu_budget() == visible

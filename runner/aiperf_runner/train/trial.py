@@ -389,6 +389,14 @@ def _logged_state(events_path: Path, trial: str) -> tuple[int, bool]:
 
 # ---- one process --------------------------------------------------------------------------------
 
+def cpu_budget() -> int:
+    """CPUs this trial may use on this node: its affinity, capped by what SLURM allocated the job
+    here (SLURM_CPUS_ON_NODE; without task binding a job on a shared node sees every CPU)."""
+    cpus = len(os.sched_getaffinity(0))
+    allocated = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    return min(cpus, int(allocated)) if allocated.isdigit() and int(allocated) > 0 else cpus
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -479,10 +487,10 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         # is per process under torchrun/srun and for the whole trial when it spawns its own.
         env_threads = int(os.environ.get("OMP_NUM_THREADS") or 0)
         if denv.source == "spawn":
-            budget = env_threads or len(os.sched_getaffinity(0))
+            budget = env_threads or cpu_budget()
             torch.set_num_threads(max(1, budget // denv.local_world_size))
         elif not env_threads:
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // denv.local_world_size))
+            torch.set_num_threads(max(1, cpu_budget() // denv.local_world_size))
     channels_last = cfg.channels_last if cfg.channels_last is not None else device.type == "cuda"
 
     _seed_everything(cfg.seed)  # identical initial weights on every rank
