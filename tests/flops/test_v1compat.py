@@ -11,9 +11,17 @@ from aiperf_runner.spec.flops import V1_KERNEL_QUIRK_AFTER, flops_per_image
 from aiperf_runner.spec.graph import Graph, GraphError, from_reference, load_graph, to_reference
 
 from tests.graphgen import deeper, random_graph
+from tests.helpers import REFERENCE_DIR
 
 EVAL = 7_806_583_495
 TRAIN = 23_053_458_315
+
+
+def test_the_reference_copy_is_the_shared_file(reference_resnet50) -> None:
+    shared = REFERENCE_DIR / "resnet50.json"
+    if not shared.exists():
+        pytest.skip(f"{shared} is not beside this checkout; the copy in tests/data is used")
+    assert reference_resnet50.read_bytes() == shared.read_bytes()
 
 
 def test_resnet50_test_vector(reference_resnet50) -> None:

@@ -18,7 +18,8 @@ def family_system(min_nodes: int = 2) -> System:
         if System.objects.filter(site=s.site, accelerator_model=s.accelerator_model).exclude(pk=s.pk).exists() \
                 and Result.objects.live().filter(system=s).exists():
             return s
-    pytest.skip("no scaling family in the generated data")
+    raise AssertionError("the generated demo data has no scaling family (a site with one accelerator model "
+                         f"on {min_nodes}+ nodes and on other systems)")
 
 
 def test_system_page_shows_facts_and_every_result(client, demo_data):
