@@ -10,6 +10,7 @@ on every request (about a millisecond each).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
@@ -180,9 +181,20 @@ def score_history(rows: Iterable[dict[str, Any]], div_id: str = "chart-history")
          "marker": {"color": VERMILLION, "size": 8, "symbol": "diamond"}, "line": {"color": VERMILLION, "dash": "dash"},
          "hovertemplate": "%{text}<br>%{y:.4s}OPS<extra>regulated score</extra>"},
     ]
-    layout = _layout(xaxis={"title": {"text": "date"}, "type": "date"},
+    layout = _layout(xaxis={"title": {"text": "date"}, "type": "date", **_date_range(r["date"] for r in rows)},
                      yaxis={"title": {"text": "OPS"}, "tickformat": "~s", "rangemode": "tozero"})
     return render(data, layout, div_id, height=320)
+
+
+def _date_range(dates: Iterable[str], min_span: timedelta = timedelta(days=30)) -> dict[str, Any]:
+    """An x range of at least `min_span` around ISO dates that lie close together (one result
+    would otherwise get an axis of milliseconds), with day ticks; nothing when they spread wider."""
+    parsed = [datetime.fromisoformat(d) for d in dates]
+    if not parsed or max(parsed) - min(parsed) >= min_span:
+        return {}
+    middle = min(parsed) + (max(parsed) - min(parsed)) / 2
+    return {"range": [(middle - min_span / 2).isoformat(), (middle + min_span / 2).isoformat()],
+            "tickformat": "%b %d, %Y"}
 
 
 def scaling(points: Sequence[dict[str, Any]], system_id: int, div_id: str = "chart-scaling") -> SafeString:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -62,3 +63,12 @@ def test_system_without_results(client, demo_data):
     resp = client.get(f"/systems/{s.pk}")
     assert resp.status_code == 200
     assert re.search(r"No results on the list yet|result", resp.content.decode())
+
+
+def test_score_history_of_one_result_spans_days_not_milliseconds():
+    from leaderboard.site.charts import _date_range
+
+    one = _date_range(["2026-07-29T14:25:21.661000+00:00"])
+    start, end = (datetime.fromisoformat(x) for x in one["range"])
+    assert end - start == timedelta(days=30) and start < datetime.fromisoformat("2026-07-29T14:25:21+00:00") < end
+    assert _date_range(["2025-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"]) == {}  # spread: plotly's own
