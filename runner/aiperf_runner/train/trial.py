@@ -588,8 +588,17 @@ def _spawn_entry(local_rank: int, trial_dir: str, attempt: int, nproc: int, port
     os.environ.update({"RANK": str(local_rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(local_rank),
                        "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     code = run_trial(Path(trial_dir), attempt, denv, raise_on_worker=True)
-    if code:
-        sys.exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """Leave without interpreter finalisation. The trial's files are closed and synced by now;
+    the C++ side of torch.distributed can still hold threads that abort the process
+    ("terminate called without an active exception", SIGABRT) when static destructors run,
+    which turned about one successful 2-process trial in 25 into a failed one."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _join_spawned(context: Any, grace_s: float) -> None:
@@ -655,4 +664,4 @@ if __name__ == "__main__":
     # `aiperf_runner.train.trial._spawn_entry` by its real name.
     from aiperf_runner.train import trial as _trial
 
-    sys.exit(_trial.main())
+    _trial._exit_now(_trial.main())
