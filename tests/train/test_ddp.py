@@ -14,6 +14,7 @@ gradient over the whole batch.
 from __future__ import annotations
 
 import math
+import os
 import socket
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         first_step(rank, world, Path(out))
     finally:
         dist.destroy_process_group()
+    os._exit(0)  # as the trial program does: gloo's threads can abort interpreter finalisation
 
 
 def _free_port() -> int:
