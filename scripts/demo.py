@@ -151,8 +151,10 @@ def main() -> None:
 
     runs = HOME / "runs" if os.environ.get("AIPERF_DEMO_HOME") else REPO / "runs"
     run_dir = runs / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    say(f"smoke run: aiperf-runner run --preset smoke --slots {SLOTS} --duration {DURATION} --out {run_dir}")
-    runner("run", "--preset", "smoke", "--slots", SLOTS, "--duration", DURATION, "--out", str(run_dir))
+    say(f"smoke run: aiperf-runner run --preset smoke --slots {SLOTS} --duration {DURATION} --out {run_dir} "
+        "--system-name 'AIPerf demo'")
+    runner("run", "--preset", "smoke", "--slots", SLOTS, "--duration", DURATION, "--out", str(run_dir),
+           "--system-name", "AIPerf demo")
 
     say("submitting the run to the local service")
     out = subprocess.run([str(BIN / "aiperf-runner"), "submit", str(run_dir), "--server", url, "--token", token,

@@ -71,6 +71,10 @@ def run(
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
     time_limit: str = typer.Option(None, "--time-limit", help="slurm: time limit of each trial's job, e.g. 2:00:00."),
+    system_name: str = typer.Option("", "--system-name", metavar="NAME",
+                                    help="The system's name on the list (run.json system.name), e.g. 'Tsubame 4'."),
+    interconnect: str = typer.Option("", "--interconnect", metavar="TEXT",
+                                     help="The nodes' interconnect as the list shows it, e.g. 'InfiniBand NDR 400'."),
     progress: str = typer.Option("auto", "--progress", help="auto (live on a terminal), live, plain or none."),
     trial_module: str = typer.Option("aiperf_runner.train.trial", "--trial-module", hidden=True,
                                      help="Module run as the trial program (tests use a fake one)."),
@@ -96,7 +100,8 @@ def run(
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,
                                precision=precision, data=data, seed=seed, max_retries=max_retries,
-                               backend_options=options, trial_module=trial_module)
+                               backend_options=options, trial_module=trial_module,
+                               system_name=system_name.strip(), interconnect=interconnect.strip())
             controller = Controller.create(config, run_dir, peak_overrides=parse_peak_overrides(peak_flops),
                                            progress=display)
     except (ControllerError, PresetError, ValueError, OSError) as exc:

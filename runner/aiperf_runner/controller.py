@@ -77,6 +77,8 @@ class RunConfig:
     trial_module: str = TRIAL_MODULE
     epoch_budgets: list[int] = field(default_factory=list)
     early_stopping_patience: int = 0
+    system_name: str = ""  # the name the list shows; empty: the list describes the hardware instead
+    interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
 
     def check(self) -> None:
         if self.slots is not None and self.slots < 1:
@@ -337,6 +339,10 @@ class Controller:
             device_type = slots[0].device_type
             system = sysinfo.collect(len(slots), slots[0].world_size, device_type, backend.system_facts())
             system["nodes"] = max(int(system.get("nodes") or 1), len({n for s in slots for n in s.nodes}))
+            if config.system_name:
+                system["name"] = config.system_name
+            if config.interconnect:
+                system["interconnect"] = config.interconnect
             peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
             config.slots = len(slots)
             run_json = {

@@ -163,7 +163,8 @@ def test_sigterm_stops_the_run_cleanly(tmp_path: Path, fake_env) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiperf_runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "10m",
-         "--out", str(run_dir), "--trial-module", FAKE_TRIAL, "--progress", "plain"],
+         "--out", str(run_dir), "--trial-module", FAKE_TRIAL, "--progress", "plain",
+         "--system-name", " Test Rig 1 ", "--interconnect", "10GbE"],
         cwd=REPO, env={**os.environ, "FAKE_EPOCH_S": "1.0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -187,3 +188,5 @@ def test_sigterm_stops_the_run_cleanly(tmp_path: Path, fake_env) -> None:
     assert cancelled and all(e["reason"] == "stop" for e in cancelled)
     pids = [int(p.read_text()) for p in (run_dir / "trials").glob("t*/fake_pid.*")]
     assert pids and all(process_gone(p) for p in pids)
+    system = json.loads((run_dir / "run.json").read_text())["system"]
+    assert system["name"] == "Test Rig 1" and system["interconnect"] == "10GbE"
