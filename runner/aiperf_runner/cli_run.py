@@ -152,11 +152,11 @@ def status(
     """Where a run stands: running or not, time, slots, trials, best accuracy, score."""
     from aiperf_runner.progress import fmt_acc, fmt_duration, fmt_ops
     from aiperf_runner.report import run_status
-    from aiperf_runner.runstate import RunState, read_run_json
+    from aiperf_runner.runstate import load_scored, read_run_json
 
     try:
         run_json = read_run_json(run_dir)
-        state = RunState.load(run_dir)
+        state, scored = load_scored(run_dir)
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {run_dir}: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -164,25 +164,23 @@ def status(
     now = time.time()
     duration_s = float((run_json.get("config") or {}).get("duration_s") or 0)
     start = state.started_at
-    end = state.finished_at if state.finished else now
-    elapsed = (end - start) if start else 0.0
+    end = state.finished_at if state.finished_at is not None else now
+    elapsed = (end - start) if start is not None else 0.0
     try:
-        from aiperf_runner.spec.scoring import score_run
-
-        score = score_run(run_dir).score
+        score = scored.series().score if scored is not None else None
     except Exception:  # noqa: BLE001
         score = None
-    running = [{"trial": a.trial, "attempt": a.attempt, "slot": a.slot, "seconds": now - a.started,
-                "epochs": len(state.trials[a.trial].epochs), "budget": state.trials[a.trial].epoch_budget}
+    running: list[dict[str, Any]] = [{"trial": a.trial, "attempt": a.attempt, "slot": a.slot, "seconds": now - a.started,
+                "epochs": state.trials[a.trial].epochs_counted, "budget": state.trials[a.trial].epoch_budget}
                for a in state.running()] if st == "running" else []
-    info = {
+    info: dict[str, Any] = {
         "run_id": run_json.get("run_id"), "preset": run_json.get("preset"), "status": st, "controller_pid": pid,
         "finish_reason": state.finish_reason, "elapsed_s": elapsed, "duration_s": duration_s,
         "remaining_s": max(0.0, start + duration_s - now) if start and st == "running" else 0.0,
         "slots": state.slots, "slots_busy": len(running), "running": running,
         "trials_proposed": len(state.trials), "trials_finished": state.count("finished"),
         "trials_failed": state.count("failed"), "trials_cancelled": state.count("cancelled"),
-        "epochs": len(state.epoch_events), "best_accuracy": state.best_accuracy(), "score_ops": score,
+        "epochs": state.epoch_lines, "best_accuracy": state.best_accuracy(), "score_ops": score,
         "slot_utilisation": state.slot_utilisation(end),
     }
     if as_json:

@@ -29,21 +29,23 @@ import json
 import os
 import secrets
 import sys
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiperf_runner import __version__
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
-from aiperf_runner.presets import Preset, epoch_budget, get_preset
+from aiperf_runner.presets import epoch_budget, get_preset
+from aiperf_runner.proposals import ProposalBuffer, make_search
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
 from aiperf_runner.spec import SPEC_VERSION
-from aiperf_runner.spec.eventlog import RESERVED, EventWriter
-from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
+from aiperf_runner.spec.replay import Attempt
+from aiperf_runner.spec.runio import RunDir
+from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
+from aiperf_runner.trialtail import TrialTail
 
 POLL_S = 0.1
 TRIAL_MODULE = "aiperf_runner.train.trial"
@@ -98,181 +100,6 @@ class RunConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-# ---- the trial's own log ------------------------------------------------------------------------------
-
-
-class TrialTail:
-    """Reads the complete lines a trial appends to its `events.jsonl`, from where it left off."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.results: dict[int, dict[str, Any]] = {}  # attempt -> trial_result
-        self.errors: dict[int, str] = {}  # attempt -> trial_error message
-
-    def result_for(self, attempt: int) -> dict[str, Any] | None:
-        """The trial's result: this attempt's, else one an earlier attempt logged (the program then
-        finds the trial complete and exits at once)."""
-        if attempt in self.results:
-            return self.results[attempt]
-        earlier = [a for a in self.results if a < attempt]
-        return self.results[max(earlier)] if earlier else None
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return []
-        if size < self.offset:  # the file was replaced by a shorter one: nothing new to read
-            self.offset = size
-        if size == self.offset:
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            chunk = fh.read(size - self.offset)
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        out = []
-        for raw in chunk[:end].split(b"\n"):
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(line, dict):
-                continue
-            kind = line.get("type")
-            if kind == "trial_result":
-                self.results[int(line.get("attempt") or 0)] = line
-            elif kind == "trial_error":
-                self.errors[int(line.get("attempt") or 0)] = str(line.get("error") or "trial_error")
-            out.append(line)
-        return out
-
-
-# ---- the search, beside training ------------------------------------------------------------------------
-
-
-@dataclass
-class Candidate:
-    graph: Graph
-    arch_hash: str
-    parent_hash: str | None
-    morphisms: list[str]
-
-
-class ProposalBuffer:
-    """A thread that keeps `target` candidates ready and feeds results to the search.
-
-    All calls into the search happen on this thread, so the search needs no locking; the controller
-    only puts results in and takes candidates out.
-    """
-
-    def __init__(self, search: Any, target: int) -> None:
-        self.search = search
-        self.target = max(1, target)
-        self._ready: deque[Candidate] = deque()
-        self._results: deque[tuple[str, float]] = deque()
-        self._cond = threading.Condition()
-        self._stop = False
-        self.error: BaseException | None = None
-        self.exhausted = False
-        self.proposals = 0
-        self.propose_seconds = 0.0
-        self._thread = threading.Thread(target=self._loop, name="proposal-buffer", daemon=True)
-
-    def start(self) -> ProposalBuffer:
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stop and not self._results and (len(self._ready) >= self.target or self.exhausted):
-                    self._cond.wait()
-                if self._stop:
-                    return
-                results = list(self._results)
-                self._results.clear()
-                want = len(self._ready) < self.target and not self.exhausted
-            try:
-                for arch_hash, acc in results:
-                    self.search.observe(arch_hash, acc)
-                if not want:
-                    continue
-                t = time.perf_counter()
-                proposal = self.search.propose()
-                self.propose_seconds += time.perf_counter() - t
-            except BaseException as exc:  # noqa: BLE001 - handed to the controller
-                with self._cond:
-                    self.error = exc
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                if proposal is None:
-                    self.exhausted = True
-                else:
-                    self.proposals += 1
-                    self._ready.append(Candidate(proposal.graph, proposal.arch_hash, proposal.parent_hash,
-                                                 list(proposal.morphisms)))
-                self._cond.notify_all()
-
-    def observe(self, arch_hash: str, accuracy: float) -> None:
-        with self._cond:
-            self._results.append((arch_hash, float(accuracy)))
-            self._cond.notify_all()
-
-    def take(self) -> Candidate | None:
-        with self._cond:
-            if self.error is not None:
-                raise self.error
-            if self._ready:
-                candidate = self._ready.popleft()
-                self._cond.notify_all()
-                return candidate
-            return None
-
-    def wait_ready(self, count: int, timeout: float) -> None:
-        """Block until `count` candidates are ready (or the search is exhausted / failed / timeout)."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (len(self._ready) < count and not self.exhausted and self.error is None
-                   and time.monotonic() < deadline):
-                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
-
-    @property
-    def idle_exhausted(self) -> bool:
-        with self._cond:
-            return self.exhausted and not self._ready
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join(timeout=10)
-
-
-def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
-                history: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
-    """The architecture search (seeded with the preset's seed graph) and the hyper-parameter search.
-
-    `history` (on resume): the log's trials in proposal order, each {"trial", "graph", "arch_hash",
-    "parent_hash", "parent", "morphisms", "hparams", "hparam_source", "round", "accuracy" (None
-    unless finished)}; both searches are rebuilt from it.
-    """
-    from aiperf_runner.search.bayesian import ArchitectureSearch
-    from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import seed_for_preset
-
-    seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
-    if not history:
-        return ArchitectureSearch(seed_graph, rng_seed=seed), HparamSearch(preset.name, seed=seed)
-    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed)
-    hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
-    return search, hparams
-
-
 # ---- the controller -----------------------------------------------------------------------------------
 
 
@@ -289,7 +116,7 @@ class Controller:
 
     def __init__(self, run_dir: Path, run_json: dict[str, Any], config: RunConfig, backend: Backend,
                  search: Any, hparams: Any, state: RunState, writer: EventWriter, lock_fh: Any,
-                 progress: Any = None, replayed: list[dict[str, Any]] | None = None) -> None:
+                 progress: Any = None, live_score: _LiveScore | None = None) -> None:
         self.run_dir = run_dir
         self.run_json = run_json
         self.config = config
@@ -306,9 +133,7 @@ class Controller:
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
         self._launch_failures_in_a_row = 0
-        self._score = _LiveScore(run_dir, config.rules)
-        for event in replayed or ():
-            self._score.feed(event)
+        self._score = live_score or _LiveScore(run_dir, config.rules, state)
 
     # ---- building -----------------------------------------------------------------------------------
     @classmethod
@@ -385,8 +210,10 @@ class Controller:
             run_json = read_run_json(run_dir)
             config = RunConfig.from_json(run_json.get("config") or {})
             writer = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the crash
-            replayed: list[dict[str, Any]] = []
-            state = RunState.load(run_dir, also=replayed.append)
+            state = RunState()
+            live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
+            for event in iter_events(run_dir / "events.jsonl"):
+                state.apply(event.data, event.line)
             if state.started_at is None:
                 raise ControllerError(f"{run_dir}: the log has no run_started event")
             if state.finished:
@@ -397,7 +224,7 @@ class Controller:
                                                    **config.backend_options)
             search, hparams = search_factory(preset, run_json["dataset"], config.seed, _history(run_dir, state))
             self = cls(run_dir, run_json, config, backend, search, hparams, state, writer, lock_fh, progress,
-                       replayed)
+                       live_score)
         except BaseException:
             _unlock(lock_fh, run_dir)
             raise
@@ -473,7 +300,7 @@ class Controller:
             if result is not None:  # the trial completed (even if its process then died in teardown)
                 self._finished(run.trial, run.attempt, result)
                 continue
-            error = tail.errors.get(run.attempt) or self._failure_text(run, rc)
+            error = tail.error_for(run.attempt) or self._failure_text(run, rc)
             self._failed(run.trial, run.attempt, error)
 
     def _failure_text(self, run: Running, rc: int) -> str:
@@ -493,12 +320,12 @@ class Controller:
         if best is None or (epoch_best is not None and epoch_best > best):
             best = epoch_best
         best = float(best) if best is not None else 0.0
-        self._log("trial_finished", trial=tr.trial, attempt=attempt, epochs=int(result.get("epochs") or len(tr.epochs)),
+        self._log("trial_finished", trial=tr.trial, attempt=attempt, epochs=int(result.get("epochs") or tr.epochs_counted),
                   best_accuracy=best, reason=result.get("reason") or "budget")
         # Each accuracy goes with the architecture and hyper-parameters of the trial that produced it.
         self.buffer.observe(tr.arch_hash, best)
         self.hparams.tell(tr.trial, best)
-        self._say(f"{tr.trial} finished: best accuracy {best:.4f} after {len(tr.epochs)} epochs")
+        self._say(f"{tr.trial} finished: best accuracy {best:.4f} after {tr.epochs_counted} epochs")
 
     def _failed(self, tr: TrialState, attempt: int, error: str) -> None:
         retry = tr.failures < self.config.max_retries  # failures so far, before this one
@@ -572,7 +399,7 @@ class Controller:
     def _tail(self, trial: str) -> TrialTail:
         tail = self.tails.get(trial)
         if tail is None:
-            tail = self.tails[trial] = TrialTail(self.run_dir / "trials" / trial / "events.jsonl")
+            tail = self.tails[trial] = TrialTail(self.run_dir / "trials" / trial / "events.jsonl", trial)
         return tail
 
     def _copy_epochs(self, tr: TrialState, tail: TrialTail) -> None:
@@ -581,7 +408,7 @@ class Controller:
                 continue
             epoch = line.get("epoch")
             # An epoch is copied once: a retried attempt that re-ran it (no checkpoint yet) adds nothing.
-            if not isinstance(epoch, int) or epoch in tr.epochs or (tr.epochs and epoch < max(tr.epochs)):
+            if not isinstance(epoch, int) or epoch <= tr.last_epoch:
                 continue
             self._log("epoch_end", **{k: v for k, v in line.items() if k not in RESERVED})
 
@@ -613,8 +440,7 @@ class Controller:
     # ---- log, progress -----------------------------------------------------------------------------
     def _log(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = self.writer.append(kind, **fields)
-        self.state.apply(event)
-        self._score.feed(event)
+        self.state.apply(event)  # the live score listens to the state
         return event
 
     def _say(self, message: str) -> None:
@@ -630,10 +456,10 @@ class Controller:
             "remaining_s": max(0.0, self.deadline - now) if self.state.started_at else self.config.duration_s,
             "slots": len(self.slots), "slots_busy": len(self.running),
             "running": [{"slot": r.slot.index, "trial": r.trial.trial, "attempt": r.attempt,
-                         "epochs": len(r.trial.epochs), "budget": r.trial.epoch_budget}
+                         "epochs": r.trial.epochs_counted, "budget": r.trial.epoch_budget}
                         for r in sorted(self.running.values(), key=lambda r: r.slot.index)],
             "trials_finished": self.state.count("finished"), "trials_failed": self.state.count("failed"),
-            "trials_proposed": len(self.state.trials), "epochs": len(self.state.epoch_events),
+            "trials_proposed": len(self.state.trials), "epochs": self.state.epoch_lines,
             "best_accuracy": self.state.best_accuracy(), "score_ops": self._score.current(),
             "finished": self.state.finished, "finish_reason": self.state.finish_reason,
         }
@@ -643,19 +469,17 @@ class Controller:
             self.progress.update(self.snapshot, force=force)
 
 
-class _LiveScore:
-    """The current score, by spec/scoring.py fed with the events as they are written."""
+class _LiveScore(ScoreAccumulator):
+    """The current score, by spec/scoring.py listening to the controller's state as events are written."""
 
-    def __init__(self, run_dir: Path, rules: str) -> None:
-        from aiperf_runner.spec.runio import RunDir
-        from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
-
-        self._acc = ScoreAccumulator(rules, run_flops_fn(RunDir(run_dir), rules))
+    def __init__(self, run_dir: Path, rules: str, state: RunState) -> None:
+        super().__init__(rules, run_flops_fn(RunDir(run_dir), rules), replay=state)
         self._cache: tuple[float, float | None] = (-1e9, None)
 
-    def feed(self, event: dict[str, Any]) -> None:
+    def on_epoch(self, ev: Mapping[str, Any], trial: TrialState, attempt: Attempt | None, counted: bool,
+                 line: int) -> None:
         try:
-            self._acc.feed(event)
+            super().on_epoch(ev, trial, attempt, counted, line)
         except Exception:  # noqa: BLE001 - the display must never stop the run
             pass
 
@@ -663,7 +487,7 @@ class _LiveScore:
         now = time.monotonic()
         if now - self._cache[0] > max_age_s:
             try:
-                value: float | None = self._acc.series().score
+                value: float | None = self.series().score
             except Exception:  # noqa: BLE001
                 value = None
             self._cache = (now, value)

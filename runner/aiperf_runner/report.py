@@ -78,7 +78,7 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
         "trials_cancelled": state.count("cancelled"),
         "trials_running": len(state.running()),
         "failed_attempts": retries,
-        "epochs": scored.get("epochs", len(state.epoch_events)),
+        "epochs": scored.get("epochs", state.epoch_lines),
         "morphisms": state.morphism_counts(),
         "hparam_sources": state.hparam_source_counts(),
         "hparam_sources_by_round": _sources_by_round(state),
@@ -185,7 +185,7 @@ def _timeline(state: RunState, t0: float, end: float) -> Any:
                         marker_color=colours[outcome], hovertext=texts, hoverinfo="text",
                         marker_line_width=1, marker_line_color="white")
     fig.update_layout(title="Trials per slot", xaxis_title="minutes since run start", barmode="overlay",
-                      height=180 + 40 * max(state.slots, 1), yaxis={"categoryorder": "category descending"})
+                      height=180 + 40 * max(state.slots or 0, 1), yaxis={"categoryorder": "category descending"})
     return fig
 
 
@@ -212,10 +212,11 @@ def write_html(summary: dict[str, Any], path: str | Path) -> Path:
     acc = go.Figure()
     acc.add_scatter(x=minutes, y=[p["max_accuracy"] for p in series], name="best accuracy", mode="lines",
                     line_shape="hv")
-    acc.add_scatter(x=[(e["ended_at"] - t0) / 60 for e in state.epoch_events],
-                    y=[e.get("val_accuracy") for e in state.epoch_events], mode="markers", name="epoch accuracy",
+    epochs = list(state.epoch_records())
+    acc.add_scatter(x=[(e["ended_at"] - t0) / 60 for e in epochs],
+                    y=[e.get("val_accuracy") for e in epochs], mode="markers", name="epoch accuracy",
                     marker={"size": 5, "opacity": 0.5},
-                    hovertext=[f"{e['trial']} epoch {e['epoch']}" for e in state.epoch_events])
+                    hovertext=[f"{e['trial']} epoch {e['epoch']}" for e in epochs])
     acc.update_layout(title="Best validation accuracy", xaxis_title="minutes since run start",
                       yaxis={"title": "accuracy", "range": [0, 1]})
 
@@ -246,7 +247,7 @@ def write_html(summary: dict[str, Any], path: str | Path) -> Path:
     best = sorted((tr for tr in state.trials.values() if tr.best_accuracy is not None),
                   key=lambda tr: -float(tr.best_accuracy or 0))[:15]
     trials_html = "".join(
-        f"<tr><td>{tr.trial}</td><td>{tr.best_accuracy:.4f}</td><td>{tr.round}</td><td>{len(tr.epochs)}</td>"
+        f"<tr><td>{tr.trial}</td><td>{tr.best_accuracy:.4f}</td><td>{tr.round}</td><td>{tr.epochs_counted}</td>"
         f"<td>{html.escape(', '.join(tr.morphisms) or 'seed')}</td><td>{html.escape(tr.parent or '-')}</td>"
         f"<td>{html.escape(tr.hparam_source)}</td><td><code>{html.escape(json.dumps(tr.hparams, sort_keys=True))}"
         f"</code></td></tr>" for tr in best)

@@ -298,7 +298,7 @@ def pack(run_dir: str | Path, out_path: str | Path | None, private_key: Ed25519P
                 st = path.stat()
                 with open(path, "rb") as fh:
                     reader = _HashingReader(fh)
-                    tar.addfile(_tarinfo(name, st.st_size, st.st_mtime), reader)  # type: ignore[arg-type]
+                    tar.addfile(_tarinfo(name, st.st_size, st.st_mtime), reader)
                 if name in digests and reader.hash.hexdigest() != digests[name]:
                     raise BundleError(f"file {name} changed while packing; is the run still going?")
         os.replace(tmp, out)

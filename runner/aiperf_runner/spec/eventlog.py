@@ -66,8 +66,10 @@ def iter_events(path: str | Path, *, allow_partial_tail: bool = False) -> Iterat
             body = raw[:-1]
             try:
                 data = json.loads(body)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise LogError(number, f"not valid JSON ({exc.msg})") from None
+            except ValueError as exc:  # not UTF-8
+                raise LogError(number, f"not valid JSON ({exc})") from None
             if not isinstance(data, dict):
                 raise LogError(number, "not a JSON object")
             for key in RESERVED:

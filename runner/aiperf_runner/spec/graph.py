@@ -346,7 +346,7 @@ def from_reference(data: Mapping[str, Any]) -> Graph:
         if t == "dense" and len(args) >= 2:
             params = {"in_units": int(args[0]), "units": int(args[1])}
         else:
-            params = {k: (float(v) if k == "rate" else int(v)) for k, v in zip(names, args, strict=False)}
+            params = {k: (float(v) if k == "rate" else int(v)) for k, v in zip(names, args, strict=False)}  # type: ignore[misc]
         if t in ("maxpool2d", "avgpool2d"):
             params = _fit_pool_padding(params, nodes[inputs[0]], nodes[index[int(dst)]])
         layers.append(Layer(t, inputs, index[int(dst)], params))

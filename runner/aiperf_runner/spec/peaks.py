@@ -152,14 +152,14 @@ def system_peak(system: Mapping[str, object], precision: str) -> tuple[float | N
     Accelerators of a known model: table peak x count. No accelerators: the CPU estimate.
     Unknown accelerator model: (None, reason).
     """
-    count = int(system.get("accelerator_count") or 0)  # type: ignore[arg-type]
+    count = int(system.get("accelerator_count") or 0)  # type: ignore[call-overload]
     model = system.get("accelerator_model")
     if count > 0 and model and str(model).lower() != "cpu":
         acc = lookup(str(model))
         if acc is None:
             return None, f"accelerator {model!r} is not in the peak table"
         return acc.peak_flops(precision) * count, f"{count} x {acc.name} ({acc.note})"
-    cores = int(system.get("cpu_cores") or 1)  # type: ignore[arg-type]
+    cores = int(system.get("cpu_cores") or 1)  # type: ignore[call-overload]
     cpu_model = system.get("cpu_model")
     value = cpu_peak(cores, precision=precision, model=str(cpu_model) if cpu_model else None)
     return value, (f"CPU estimate: {cores} cores x {cpu_ghz(str(cpu_model) if cpu_model else None)} GHz x "

@@ -66,7 +66,7 @@ def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool
 def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]
                    ) -> list[tuple[str, str | None, str | None, dict[tuple[str, int], Any]]]:
     """Process-pool task: [(digest, path, flops keys)] -> [(digest, hash, error, flops)]."""
-    out = []
+    out: list[tuple[str, str | None, str | None, dict[tuple[str, int], Any]]] = []
     for digest, path, keys in items:
         try:
             raw = Path(path).read_bytes()

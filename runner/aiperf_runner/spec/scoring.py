@@ -9,7 +9,8 @@
 - series: both on a regular grid of t - t0 (`grid_step`), plus the run's end; the final score is
   the point at the run's end.
 
-Each epoch's contribution is computed once as it streams past (`EpochTable`: three compact float
+Which epochs count is the log's replay's decision (spec/replay.py). Each counted epoch's
+contribution is computed once as it streams past (`EpochTable`: three compact float
 columns); the series is then one sort + cumulative sum + binary searches: O(N log N) for N epochs.
 FLOPs per image come from `spec.flops` on the trial's graph file, never from the log.
 """
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .replay import Attempt, Replay, TrialState
 
 RULES = ("v2", "v1-compat")
 DEFAULT_RULES = "v2"
@@ -192,104 +195,75 @@ FlopsFn = Callable[[str], "tuple[float, float] | None"]
 
 
 class ScoreAccumulator:
-    """Feeds on a run's events (dicts, in log order) and builds the EpochTable.
+    """Listens to a run's `Replay` (spec/replay.py) and puts each counted epoch's work in an EpochTable.
 
-    Counts each (trial, epoch) once: an `epoch_end` whose epoch number is not above the last one
-    counted for that trial (a retried attempt that re-ran an epoch) is not counted again.
-    Epochs of a trial whose FLOPs are unknown (`flops_for` returns None) are not counted.
+    The replay decides which epochs count: an `epoch_end` whose epoch number is not above the last
+    one of its trial (a retried attempt that re-ran an epoch) does not count again. Epochs of a
+    trial whose FLOPs are unknown (`flops_for` returns None) are not counted either.
+    `feed(event)` applies an event to the replay this accumulator listens to (its own by default).
     """
 
-    def __init__(self, rules: str, flops_for: FlopsFn) -> None:
+    def __init__(self, rules: str, flops_for: FlopsFn, replay: Replay | None = None) -> None:
         self.rules = check_rules(rules)
         self.flops_for = flops_for
         self.table = EpochTable()
-        self.run_started_t: float | None = None
-        self.first_trial_t: float | None = None
-        self.finished_t: float | None = None
-        self.last_t: float | None = None
-        self.trials_finished = 0
-        self.repeated_epochs = 0
         self.uncounted_epochs = 0
-        self._last_epoch: dict[str, int] = {}
         self._flops: dict[str, tuple[float, float] | None] = {}
         self._v1 = rules == "v1-compat"
+        self.replay = replay if replay is not None else Replay()
+        self.replay.listen(self)
 
     def feed(self, ev: Mapping[str, Any]) -> None:
-        kind = ev["type"]
-        t = ev["t"]
-        self.last_t = t
-        if kind == "epoch_end":
-            self._epoch(ev)
-        elif kind == "trial_started":
-            if self.first_trial_t is None or t < self.first_trial_t:
-                self.first_trial_t = t
-        elif kind == "trial_finished":
-            self.trials_finished += 1
-        elif kind == "run_started":
-            if self.run_started_t is None:
-                self.run_started_t = t
-        elif kind == "run_finished":
-            self.finished_t = t
+        self.replay.apply(ev)
 
-    def _epoch(self, ev: Mapping[str, Any]) -> None:
-        try:
-            trial = ev["trial"]
-            epoch = ev["epoch"]
-            ended = float(ev["ended_at"])
-            acc = float(ev["val_accuracy"])
-            trained = ev["images_trained"]
-            evaluated = ev["images_evaluated"]
-            if not (isinstance(trained, int) and isinstance(evaluated, int) and isinstance(epoch, int)):
-                raise TypeError
-            if not (math.isfinite(ended) and 0.0 <= acc <= 1.0 and trained >= 0 and evaluated >= 0):
-                raise ValueError
-        except (KeyError, TypeError, ValueError):
-            self.uncounted_epochs += 1  # the schema check reports the malformed line
+    def on_epoch(self, ev: Mapping[str, Any], trial: TrialState, attempt: Attempt | None, counted: bool,
+                 line: int) -> None:
+        if not counted:
             return
-        self._count(trial, epoch, ended, acc, trained, evaluated)
-
-    def epoch_checked(self, ev: Mapping[str, Any]) -> None:
-        """`feed` for an `epoch_end` already found well-formed (rules.epoch_end_ok): the hot path."""
-        self.last_t = ev["t"]
-        self._count(ev["trial"], ev["epoch"], float(ev["ended_at"]), float(ev["val_accuracy"]),
-                    ev["images_trained"], ev["images_evaluated"])
-
-    def _count(self, trial: str, epoch: int, ended: float, acc: float, trained: int, evaluated: int) -> None:
-        last = self._last_epoch.get(trial, 0)
-        if epoch <= last:
-            self.repeated_epochs += 1
-            return
-        self._last_epoch[trial] = epoch
-        if trial in self._flops:
-            f = self._flops[trial]
+        tid = trial.trial
+        flops = self._flops
+        if tid in flops:
+            f = flops[tid]
         else:
-            f = self._flops[trial] = self.flops_for(trial)
+            f = flops[tid] = self.flops_for(tid)
         if f is None:
             self.uncounted_epochs += 1
             return
         if self._v1:
             work = f[0] * V1_TRAIN_IMAGES + f[1] * V1_EVAL_IMAGES
         else:
-            work = f[0] * trained + f[1] * evaluated
-        self.table.append(ended, float(work), acc)
+            work = f[0] * ev["images_trained"] + f[1] * ev["images_evaluated"]
+        self.table.append(float(ev["ended_at"]), float(work), float(ev["val_accuracy"]))
 
     @property
     def trials_with_epochs(self) -> int:
-        """Trials with at least one counted (or attempted) epoch."""
-        return len(self._last_epoch)
+        """Trials with at least one epoch logged."""
+        return sum(1 for tr in self.replay.all_trials() if tr.last_epoch)
+
+    @property
+    def trials_finished(self) -> int:
+        return self.replay.trials_finished
+
+    @property
+    def repeated_epochs(self) -> int:
+        return self.replay.repeated_epochs
 
     def trial_flops(self, trial: str) -> tuple[float, float] | None:
         """The (train, eval) FLOPs per image used for `trial` (None if unknown or not yet seen)."""
         return self._flops.get(trial)
 
     @property
+    def finished_t(self) -> float | None:
+        return self.replay.finished_at
+
+    @property
     def t0(self) -> float | None:
-        return self.first_trial_t if self._v1 else self.run_started_t
+        return self.replay.first_trial_start if self._v1 else self.replay.started_at
 
     @property
     def end(self) -> float | None:
         """The run's end: `run_finished`, else the last event (a run still going or cut short)."""
-        return self.finished_t if self.finished_t is not None else self.last_t
+        return self.replay.finished_at if self.replay.finished_at is not None else self.replay.last_t
 
     def series(self, step: float | None = None) -> Series:
         return compute_series(self.table, self.t0, self.end, self.rules, step)
@@ -317,5 +291,5 @@ def score_run(path: str | Path, rules: str | None = None, flops_for: FlopsFn | N
     rules = check_rules(rules or str(run.run.get("rules") or DEFAULT_RULES))
     acc = ScoreAccumulator(rules, flops_for or run_flops_fn(run, rules))
     for event in run.events():
-        acc.feed(event.data)
+        acc.replay.apply(event.data, event.line)
     return acc.series()

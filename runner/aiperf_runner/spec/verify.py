@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import SPEC_VERSION, peaks
+from . import SPEC_VERSION, peaks, schema
 from . import rules as R
 from .eventlog import LogError
+from .replay import Replay
 from .runio import RunDir, RunIOError
 from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
 
@@ -99,11 +100,15 @@ def _number(v: Any) -> float | None:
     return float(v)
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def _peaks(run: Mapping[str, Any], precision: Any) -> tuple[float | None, float | None, str, Any]:
     """(declared system peak, table system peak, how the table peak was found, slot_peak function)."""
-    declared_map = run.get("declared_peak_flops") if isinstance(run.get("declared_peak_flops"), dict) else {}
+    declared_map = _dict(run.get("declared_peak_flops"))
     declared = _number(declared_map.get(precision)) if isinstance(precision, str) else None
-    system = run.get("system") if isinstance(run.get("system"), dict) else {}
+    system = _dict(run.get("system"))
     table: float | None = None
     how = "precision unknown"
     if precision in peaks.PRECISIONS:
@@ -159,9 +164,9 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     precision = run.get("precision")
     declared, table, how, slot_peak = _peaks(run, precision)
 
-    graph_errors = R._Findings()
-    acc: ScoreAccumulator
-    audit: R.LogAudit
+    graph_errors = R.Findings()
+    replay = Replay()
+    current_line = 0
 
     def flops_for(trial: str) -> tuple[float, float] | None:
         try:
@@ -169,31 +174,26 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
         except RunIOError as exc:
             graph_errors.add(current_line, str(exc))
             return None
-        declared_hash = audit.proposals.get(trial)
+        proposed = replay.trials.get(trial)
         actual = run_dir.arch(trial).arch_hash
-        if declared_hash is not None and declared_hash != actual:
+        if proposed is not None and proposed.arch_hash != actual:
             graph_errors.add(current_line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
-                                           f"trial_proposed says {declared_hash}")
+                                           f"trial_proposed says {proposed.arch_hash}")
         return float(counts.train), float(counts.eval)
 
     run_dir.prefetch(rules, workers)
-    acc = ScoreAccumulator(rules, flops_for)
-    audit = R.LogAudit(run, th, flops_for=acc.trial_flops, slot_peak=slot_peak)
-    current_line = 0
+    acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
+    audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     chain_error: str | None = None
     try:
-        feed_acc, feed_audit = acc.feed, audit.feed
-        epoch_acc, epoch_audit, epoch_ok, proposals = acc.epoch_checked, audit.epoch_checked, R.epoch_end_ok, \
-            audit.proposals
+        feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
         for event in run_dir.events():
             current_line = event.line
             data = event.data
-            if data["type"] == "epoch_end" and epoch_ok(data, proposals):  # ~95% of a log: the short path
-                epoch_acc(data)
-                epoch_audit(data, current_line)
+            if data["type"] == "epoch_end" and valid_epoch(data):  # ~95% of a log: the short path
+                epoch(data, current_line)
             else:
-                feed_acc(data)
-                feed_audit(data, current_line)
+                feed(data, current_line)
     except LogError as exc:
         chain_error = str(exc)
     except RunIOError as exc:
@@ -215,7 +215,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_precision(precision, th))
     checks.append(R.check_accuracy(series.max_accuracy, th))
     checks.append(R.check_full_validation(audit, preset, len(acc.table), th))
-    checks.append(R.check_complete(acc.finished_t is not None))
+    checks.append(R.check_complete(replay.finished_at is not None))
     # stability
     checks.append(R.check_stability(series.points, th))
     # plausibility

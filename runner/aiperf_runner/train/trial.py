@@ -44,6 +44,7 @@ from torch import nn
 
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.replay import Replay
 
 from .builder import build_module
 from .data import DataSpec, Normalizer, TrialData, build_data
@@ -372,19 +373,11 @@ class Progress:
 
 
 def _logged_state(events_path: Path, trial: str) -> tuple[int, bool]:
-    """(last epoch with an epoch_end line, whether a trial_result line exists)."""
-    last, finished = 0, False
+    """(last epoch with an epoch_end line, whether a trial_result line exists), from the log's replay."""
     if not events_path.exists():
-        return last, finished
-    for ev in iter_events(events_path, allow_partial_tail=True):
-        d = ev.data
-        if d.get("trial", trial) != trial:
-            continue
-        if d["type"] == "epoch_end":
-            last = max(last, int(d["epoch"]))
-        elif d["type"] == "trial_result":
-            finished = True
-    return last, finished
+        return 0, False
+    tr = Replay.load(events_path).trial(trial)
+    return (tr.last_epoch, bool(tr.results)) if tr is not None else (0, False)
 
 
 # ---- one process --------------------------------------------------------------------------------

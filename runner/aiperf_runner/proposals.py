@@ -1,0 +1,136 @@
+"""The search beside training: a thread that keeps candidates ready, so a slot never waits for it.
+
+All calls into the architecture search happen on the buffer's thread, so the search needs no
+locking; the controller only puts results in and takes candidates out. Each accuracy reaches the
+search paired with the architecture hash of the trial that produced it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from aiperf_runner.presets import Preset
+from aiperf_runner.spec.graph import Graph
+
+
+@dataclass
+class Candidate:
+    graph: Graph
+    arch_hash: str
+    parent_hash: str | None
+    morphisms: list[str]
+
+
+class ProposalBuffer:
+    """A thread that keeps `target` candidates ready and feeds results to the search.
+
+    All calls into the search happen on this thread, so the search needs no locking; the controller
+    only puts results in and takes candidates out.
+    """
+
+    def __init__(self, search: Any, target: int) -> None:
+        self.search = search
+        self.target = max(1, target)
+        self._ready: deque[Candidate] = deque()
+        self._results: deque[tuple[str, float]] = deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.error: BaseException | None = None
+        self.exhausted = False
+        self.proposals = 0
+        self.propose_seconds = 0.0
+        self._thread = threading.Thread(target=self._loop, name="proposal-buffer", daemon=True)
+
+    def start(self) -> ProposalBuffer:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self._results and (len(self._ready) >= self.target or self.exhausted):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                results = list(self._results)
+                self._results.clear()
+                want = len(self._ready) < self.target and not self.exhausted
+            try:
+                for arch_hash, acc in results:
+                    self.search.observe(arch_hash, acc)
+                if not want:
+                    continue
+                t = time.perf_counter()
+                proposal = self.search.propose()
+                self.propose_seconds += time.perf_counter() - t
+            except BaseException as exc:  # noqa: BLE001 - handed to the controller
+                with self._cond:
+                    self.error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                if proposal is None:
+                    self.exhausted = True
+                else:
+                    self.proposals += 1
+                    self._ready.append(Candidate(proposal.graph, proposal.arch_hash, proposal.parent_hash,
+                                                 list(proposal.morphisms)))
+                self._cond.notify_all()
+
+    def observe(self, arch_hash: str, accuracy: float) -> None:
+        with self._cond:
+            self._results.append((arch_hash, float(accuracy)))
+            self._cond.notify_all()
+
+    def take(self) -> Candidate | None:
+        with self._cond:
+            if self.error is not None:
+                raise self.error
+            if self._ready:
+                candidate = self._ready.popleft()
+                self._cond.notify_all()
+                return candidate
+            return None
+
+    def wait_ready(self, count: int, timeout: float) -> None:
+        """Block until `count` candidates are ready (or the search is exhausted / failed / timeout)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (len(self._ready) < count and not self.exhausted and self.error is None
+                   and time.monotonic() < deadline):
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    @property
+    def idle_exhausted(self) -> bool:
+        with self._cond:
+            return self.exhausted and not self._ready
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+
+def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
+                history: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+    """The architecture search (seeded with the preset's seed graph) and the hyper-parameter search.
+
+    `history` (on resume): the log's trials in proposal order, each {"trial", "graph", "arch_hash",
+    "parent_hash", "parent", "morphisms", "hparams", "hparam_source", "round", "accuracy" (None
+    unless finished)}; both searches are rebuilt from it.
+    """
+    from aiperf_runner.search.bayesian import ArchitectureSearch
+    from aiperf_runner.search.hparams import HparamSearch
+    from aiperf_runner.search.seeds import seed_for_preset
+
+    seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
+    if not history:
+        return ArchitectureSearch(seed_graph, rng_seed=seed), HparamSearch(preset.name, seed=seed)
+    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed)
+    hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
+    return search, hparams

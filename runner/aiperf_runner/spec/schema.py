@@ -1,0 +1,253 @@
+"""The schema of every event type and of run.json, written once, as data.
+
+Each field is a Python expression over `v` (the value), a phrase for error messages and a phrase
+for the documentation. From that one table come the validators (`valid(d)` compiled into one
+function per event type, the hot path of verification; `problem(d)` naming the first bad field)
+and the event tables of docs/internals.md (`markdown_table`, checked by a test).
+Extra fields are allowed everywhere; unknown event types are not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+TRIAL_ID = re.compile(r"^t\d{4,}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+MAIN, TRIAL = "main", "trial"
+"""The two kinds of log: the controller's `events.jsonl` and each trial's `trials/<id>/events.jsonl`."""
+
+ENUMS: dict[str, frozenset[str]] = {
+    "morphism": frozenset({"deeper", "wider", "skip"}),
+    "hparam_source": frozenset({"seed", "inherited", "tpe"}),
+    "trial_finished.reason": frozenset({"budget", "early_stop"}),
+    "trial_cancelled.reason": frozenset({"duration", "stop"}),
+    "run_finished.reason": frozenset({"duration", "stopped", "exhausted"}),
+}
+
+_known_trials: set[str] = set()
+
+
+def is_trial(v: Any) -> bool:
+    """A trial id t0000, t0001, ... (valid ids are remembered: a log repeats them millions of times)."""
+    if type(v) is not str:
+        return False
+    if v in _known_trials:
+        return True
+    if TRIAL_ID.fullmatch(v) is not None:
+        if len(_known_trials) < 1_000_000:
+            _known_trials.add(v)
+        return True
+    return False
+
+
+# Names the field expressions may use.
+_NAMESPACE: dict[str, Any] = {
+    "is_trial": is_trial, "HEX64": HEX64, "RUN_ID": RUN_ID,
+    **{"ENUM_" + k.replace(".", "_"): v for k, v in ENUMS.items()},
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    expr: str  # a boolean Python expression over `v`
+    expects: str  # "an integer >= 1": for error messages
+    doc: str = ""  # for the documentation, after the name: "(trial id or null)"
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    logs: tuple[str, ...]
+    fields: tuple[Field, ...]
+    doc: str = ""
+
+
+# ---- field kinds ------------------------------------------------------------------------------------
+_NUMBER = "(type(v) is float or type(v) is int) and -1e308 <= v <= 1e308"  # finite: NaN fails the comparison
+
+
+def _enum(key: str) -> str:
+    return f"type(v) is str and v in ENUM_{key.replace('.', '_')}"
+
+
+def trial_field(doc: str = "") -> Field:
+    return Field("trial", "is_trial(v)", "a trial id (t0000, t0001, ...)", doc)
+
+
+def attempt_field() -> Field:
+    return Field("attempt", "type(v) is int and v >= 1", "an integer >= 1", "(from 1)")
+
+
+def pos(name: str, doc: str = "") -> Field:
+    return Field(name, "type(v) is int and v >= 1", "an integer >= 1", doc)
+
+
+def nonneg(name: str, doc: str = "") -> Field:
+    return Field(name, "type(v) is int and v >= 0", "an integer >= 0", doc)
+
+
+def string(name: str, doc: str = "") -> Field:
+    return Field(name, "type(v) is str", "a string", doc)
+
+
+def number(name: str, doc: str = "") -> Field:
+    return Field(name, _NUMBER, "a finite number", doc)
+
+
+def accuracy(name: str, doc: str = "") -> Field:
+    return Field(name, "(type(v) is float or type(v) is int) and 0.0 <= v <= 1.0", "a number in [0, 1]", doc)
+
+
+def run_id_field() -> Field:
+    return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
+
+
+def obj(name: str, doc: str = "") -> Field:
+    return Field(name, "isinstance(v, dict)", "an object", doc)
+
+
+# ---- the event types ----------------------------------------------------------------------------------
+EVENTS: dict[str, EventType] = {e.name: e for e in (
+    EventType("run_started", (MAIN,), (
+        run_id_field(), string("preset"), string("rules"), pos("slots"), string("runner_version"),
+        string("spec_version")), "the first line of the log"),
+    EventType("run_resumed", (MAIN,), (string("run_id"),), "a controller continued the run after a crash or kill"),
+    EventType("trial_proposed", (MAIN,), (
+        trial_field(), Field("arch_hash", "type(v) is str and HEX64.fullmatch(v) is not None",
+                             "64 lowercase hex chars", "(SHA-256 of the canonical graph)"),
+        Field("parent", "v is None or is_trial(v)", "a trial id or null", "(trial id or null)"),
+        Field("morphisms", "isinstance(v, list) and all(type(m) is str and m in ENUM_morphism for m in v)",
+              "a list of deeper/wider/skip", "(list of `deeper`/`wider`/`skip`)"),
+        obj("hparams"), Field("hparam_source", _enum("hparam_source"), "seed, inherited or tpe",
+                              "(`seed`/`inherited`/`tpe`)"),
+        nonneg("round"), pos("epoch_budget")), "the search proposed a trial"),
+    EventType("trial_started", (MAIN,), (
+        trial_field(), attempt_field(), nonneg("slot"),
+        Field("nodes", "isinstance(v, list) and all(type(n) is str for n in v)", "a list of strings",
+              "(list of names)"),
+        nonneg("devices")), "an attempt of a trial started on a slot"),
+    EventType("epoch_end", (MAIN, TRIAL), (
+        trial_field(), attempt_field(), pos("epoch", "(from 1)"), nonneg("images_trained"),
+        nonneg("images_evaluated"), accuracy("val_accuracy"),
+        Field("val_loss", f"v is None or ({_NUMBER})", "a number or null"),
+        number("started_at"), number("ended_at", "(float UTC seconds, from the trial process)"), number("seconds")),
+        "one epoch trained and evaluated"),
+    EventType("trial_finished", (MAIN,), (
+        trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
+        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)")),
+        "an attempt ended with the trial complete"),
+    EventType("trial_failed", (MAIN,), (
+        trial_field(), attempt_field(), string("error"), Field("retry", "type(v) is bool", "true or false",
+                                                               "(bool)")),
+        "an attempt failed; `retry` says whether the trial runs again"),
+    EventType("trial_cancelled", (MAIN,), (
+        trial_field(), attempt_field(),
+        Field("reason", _enum("trial_cancelled.reason"), "duration or stop", "(`duration`/`stop`)")),
+        "an attempt stopped by the end of the run"),
+    EventType("slot_lost", (MAIN,), (nonneg("slot"), string("reason")), "a slot went away"),
+    EventType("run_finished", (MAIN,), (
+        Field("reason", _enum("run_finished.reason"), "duration, stopped or exhausted",
+              "(`duration`/`stopped`/`exhausted`)"),), "the last line of a complete run"),
+    EventType("trial_result", (TRIAL,), (
+        trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
+        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)")),
+        "the trial program finished the trial"),
+    EventType("trial_error", (TRIAL,), (trial_field(), attempt_field(), string("error")),
+              "the trial program failed with an exception"),
+)}
+
+RUN_JSON = EventType("run.json", (), (
+    run_id_field(), string("runner_version"), string("spec_version"), string("rules"), string("preset"),
+    string("precision"), obj("config"), obj("system"), obj("declared_peak_flops"), obj("dataset")))
+
+
+def types(log: str = MAIN) -> frozenset[str]:
+    """The event types a log of this kind may hold."""
+    return frozenset(name for name, e in EVENTS.items() if log in e.logs)
+
+
+# ---- validators, compiled from the table ---------------------------------------------------------------
+def _compile_valid(et: EventType) -> Callable[[Mapping[str, Any]], bool]:
+    lines = ["def valid(d):", "    try:"]
+    for f in et.fields:
+        lines += [f"        v = d[{f.name!r}]", f"        if not ({f.expr}): return False"]
+    lines += ["    except KeyError:", "        return False", "    return True"]
+    namespace = dict(_NAMESPACE)
+    exec("\n".join(lines), namespace)  # noqa: S102 - code built from the constant table above
+    check: Callable[[Mapping[str, Any]], bool] = namespace["valid"]
+    return check
+
+
+def _compile_field(f: Field) -> Callable[[Any], bool]:
+    check: Callable[[Any], bool] = eval(f"lambda v: {f.expr}", dict(_NAMESPACE))  # noqa: S307
+    return check
+
+
+_VALID = {name: _compile_valid(et) for name, et in EVENTS.items()}
+_FIELD_CHECKS = {name: [(f.name, _compile_field(f), f.expects) for f in et.fields] for name, et in EVENTS.items()}
+_RUN_JSON_CHECKS = [(f.name, _compile_field(f), f.expects) for f in RUN_JSON.fields]
+
+valid_epoch_end = _VALID["epoch_end"]
+"""`valid` for `epoch_end`, the bulk of a log: one call, no dispatch."""
+
+
+def valid(d: Mapping[str, Any]) -> bool:
+    """True if the event has a known type and every field of its type is present and well-formed."""
+    check = _VALID.get(d.get("type"))  # type: ignore[arg-type]
+    return check is not None and check(d)
+
+
+def problem(d: Mapping[str, Any], log: str = MAIN) -> str | None:
+    """Why an event does not match its type's schema (the first bad field), or None."""
+    kind = d.get("type")
+    et = EVENTS.get(kind) if isinstance(kind, str) else None
+    if et is None or log not in et.logs:
+        return f"unknown event type {kind!r}"
+    for key, ok, expects in _FIELD_CHECKS[et.name]:
+        if key not in d:
+            return f"{kind}: missing field {key!r}"
+        if not ok(d[key]):
+            return f"{kind}: field {key!r} is {d[key]!r}, expected {expects}"
+    return None
+
+
+def run_json_problems(run: Mapping[str, Any]) -> list[str]:
+    """What is missing or mistyped in run.json (the fields verification needs)."""
+    problems = []
+    for key, ok, expects in _RUN_JSON_CHECKS:
+        if key not in run:
+            problems.append(f"run.json: missing field {key!r}")
+        elif not ok(run[key]):
+            problems.append(f"run.json: field {key!r} is {run[key]!r}, expected {expects}")
+    cfg = run.get("config")
+    if isinstance(cfg, dict) and not (type(cfg.get("slots")) is int and cfg["slots"] >= 1):
+        problems.append(f"run.json: config.slots is {cfg.get('slots')!r}, expected an integer >= 1")
+    ds = run.get("dataset")
+    if isinstance(ds, dict):
+        for key in ("train_images", "val_images"):
+            if not (type(ds.get(key)) is int and ds[key] >= 0):
+                problems.append(f"run.json: dataset.{key} is {ds.get(key)!r}, expected an integer >= 0")
+    return problems
+
+
+# ---- documentation -----------------------------------------------------------------------------------
+def markdown_table(log: str = MAIN) -> str:
+    """The event table of docs/internals.md for one kind of log (tests check the docs against it)."""
+    rows = ["| type | fields |", "| --- | --- |"]
+    for et in EVENTS.values():
+        if log in et.logs:
+            fields = ", ".join(f"{f.name} {f.doc}".strip() for f in et.fields)
+            rows.append(f"| `{et.name}` | {fields} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(markdown_table(sys.argv[1] if len(sys.argv) > 1 else MAIN))
