@@ -31,17 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiperf_runner.spec import presets as spec_presets
 from aiperf_runner.spec.eventlog import GENESIS, encode
 from aiperf_runner.spec.graph import Graph
 
 NumberFn = float | int | Callable[[int, int], float]
 
-DEFAULT_DATASET = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 8}
+DEFAULT_DATASET = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 16}
 IMAGENET_DATASET = {"name": "imagenet", "train_images": 1_281_167, "val_images": 50_000, "classes": 1000,
                     "image_size": 224}
 
 
-def small_graph(k: int = 0, image_size: int = 8, classes: int = 10) -> Graph:
+def small_graph(k: int = 0, image_size: int = 16, classes: int = 10) -> Graph:
     """A small valid ResNet-ish graph; different `k` give different architectures (and hashes)."""
     g = Graph([(3, image_size, image_size)], [])
     width = 4 + (k % 8)
@@ -117,6 +118,20 @@ def run_json(*, run_id: str, slots: int = 1, rules: str = "v2", preset: str = "s
 DEFAULT_HPARAMS = {"batch_size": 32, "lr": 0.1, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}
 
 
+def preset_hparams(preset: str) -> dict[str, Any]:
+    """The preset's seed point (inside its search space, as integrity.bound requires)."""
+    spec = spec_presets.get(preset)
+    return dict(spec.space.defaults) if spec is not None else dict(DEFAULT_HPARAMS)
+
+
+def run_started_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """What run_started states of the run (the fields integrity.bound compares with run.json)."""
+    return {"run_id": run["run_id"], "preset": run["preset"], "rules": run["rules"],
+            "slots": run["config"]["slots"], "runner_version": "0.1.0", "spec_version": "1",
+            "precision": run["precision"], "devices_per_slot": run["config"]["devices_per_slot"],
+            "dataset": dict(run["dataset"])}
+
+
 class RunBuilder:
     """A run directory written event by event with explicit times, for hand-computable tests.
 
@@ -139,8 +154,7 @@ class RunBuilder:
         self.run = run_json(run_id=run_id, start=start, **run_fields)
         (self.root / "run.json").write_text(json.dumps(self.run, indent=2, sort_keys=True) + "\n")
         self.log = ChainWriter(self.root / "events.jsonl")
-        self.log.append("run_started", start, run_id=run_id, preset=self.run["preset"], rules=self.run["rules"],
-                        slots=self.run["config"]["slots"], runner_version="0.1.0", spec_version="1")
+        self.log.append("run_started", start, **run_started_fields(self.run))
 
     def event(self, type: str, t: float, **fields: Any) -> dict[str, Any]:
         return self.log.append(type, self.start + t, **fields)
@@ -148,8 +162,8 @@ class RunBuilder:
     def trial(self, tid: str, t: float, graph: Graph | None = None, hparams: dict[str, Any] | None = None,
               epoch_budget: int = 3, arch_hash: str | None = None) -> Graph:
         ds = self.run["dataset"]
-        graph = graph or small_graph(0, ds.get("image_size", 8), ds.get("classes", 10))
-        hp = dict(DEFAULT_HPARAMS if hparams is None else hparams)
+        graph = graph or small_graph(0, ds.get("image_size", 16), ds.get("classes", 10))
+        hp = dict(preset_hparams(self.run["preset"]) if hparams is None else hparams)
         d = self.root / "trials" / tid
         d.mkdir(parents=True, exist_ok=True)
         (d / "graph.json").write_text(graph.dumps())
@@ -235,7 +249,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     tr_fn = _fn(images_trained if images_trained is not None else dataset["train_images"])
     ev_fn = _fn(images_evaluated if images_evaluated is not None else dataset["val_images"])
 
-    graph_fn = graph_fn or (lambda k: small_graph(k, dataset.get("image_size", 8), dataset.get("classes", 10)))
+    graph_fn = graph_fn or (lambda k: small_graph(k, dataset.get("image_size", 16), dataset.get("classes", 10)))
     arch_json: list[bytes] = []
     arch_hash: list[str] = []
     for k in range(max(1, archs)):
@@ -262,7 +276,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
         d = root / "trials" / tid
         d.mkdir(exist_ok=True)
         (d / "graph.json").write_bytes(arch_json[i % len(arch_json)])
-        hp = {"batch_size": 32, "lr": 0.1, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}
+        hp = preset_hparams(preset)
         if kernel_size is not None:
             hp["kernel_size"] = kernel_size
         (d / "hparams.json").write_text(json.dumps(hp, sort_keys=True))
@@ -270,7 +284,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
         (d / "trial.json").write_text(json.dumps({
             "trial": tid, "epoch_budget": n, "precision": precision, "preset": preset, "data": None,
             "dataset": dataset, "seed": i, "device_type": "cpu", "early_stopping_patience": 2,
-            "num_classes": dataset.get("classes", 10), "image_size": dataset.get("image_size", 8)}, sort_keys=True))
+            "num_classes": dataset.get("classes", 10), "image_size": dataset.get("image_size", 16)}, sort_keys=True))
         return d, hp
 
     def slot_events(slot: int, t: float) -> Iterator[tuple[float, str, dict[str, Any], Any]]:
@@ -327,8 +341,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                 t = t_end + gap_s
 
     with ChainWriter(root / "events.jsonl") as log:
-        log.append("run_started", start, run_id=run_id, preset=preset, rules=rules, slots=slots,
-                   runner_version="0.1.0", spec_version="1")
+        log.append("run_started", start, **run_started_fields(run))
         heap: list[tuple[float, int, int, str, dict[str, Any], Iterator[Any]]] = []
         order = 0
         first = start + startup_s
@@ -363,6 +376,20 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     if out.first_trial_start == math.inf:
         out.first_trial_start = 0.0
     return out
+
+
+def registration_of(path: str | Path, **over: Any) -> dict[str, Any]:
+    """An approved registration of the hardware a run directory's run.json describes (as the service
+    would hold it), with `over` changed."""
+    system = json.loads((Path(path) / "run.json").read_text())["system"]
+    count = int(system.get("accelerator_count") or 0)
+    nodes = max(int(system.get("nodes") or 1), 1)
+    reg = {"id": 1, "name": "test system", "accelerator_model": system.get("accelerator_model") or "cpu",
+           "accelerators_per_node": -(-count // nodes) if count else 0, "nodes": nodes if count else 1,
+           "cpu_model": system.get("cpu_model") or "", "cpu_cores": int(system.get("cpu_cores") or 0),
+           "status": "approved"}
+    reg.update(over)
+    return reg
 
 
 def rewrite_events(path: str | Path, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:

@@ -71,6 +71,13 @@ def run(
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
     time_limit: str = typer.Option(None, "--time-limit", help="slurm: time limit of each trial's job, e.g. 2:00:00."),
+    system: str = typer.Option(None, "--system", metavar="ID_OR_NAME",
+                               help="The registered system this run is judged by (`aiperf-runner system add`); "
+                                    "needs the service `register` saved, or --server/--token."),
+    server: str = typer.Option(None, "--server", help="The AIPerf service (default: $AIPERF_SERVER, else what "
+                                                      "`register` saved)."),
+    token: str = typer.Option(None, "--token", help="The site's API token (default: $AIPERF_TOKEN, else what "
+                                                    "`register` saved)."),
     system_name: str = typer.Option("", "--system-name", metavar="NAME",
                                     help="The system's name on the list (run.json system.name), e.g. 'Tsubame 4'."),
     interconnect: str = typer.Option("", "--interconnect", metavar="TEXT",
@@ -83,6 +90,7 @@ def run(
     from aiperf_runner.controller import Controller, ControllerError, RunConfig
     from aiperf_runner.presets import PresetError, get_preset
     from aiperf_runner.progress import make_progress
+    from aiperf_runner.service import Failure, find_service, resolve_system
     from aiperf_runner.sysinfo import parse_peak_overrides
 
     display = make_progress(progress)
@@ -102,9 +110,14 @@ def run(
                                precision=precision, data=data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
                                system_name=system_name.strip(), interconnect=interconnect.strip())
+            registration = None
+            if system is not None:
+                service = find_service(server, token)
+                assert service is not None
+                registration = resolve_system(service, system)
             controller = Controller.create(config, run_dir, peak_overrides=parse_peak_overrides(peak_flops),
-                                           progress=display)
-    except (ControllerError, PresetError, ValueError, OSError) as exc:
+                                           progress=display, registration=registration)
+    except (ControllerError, PresetError, ValueError, OSError, Failure) as exc:
         if display is not None:
             display.close()
         typer.echo(f"error: {exc}", err=True)

@@ -53,6 +53,7 @@ def _print_human(report: dict[str, Any]) -> None:
                   f"epochs {report['epochs']}")
     console.print(f"division        {report['division']}   valid {_num(report['valid'])}   "
                   f"stable {_num(report['stable'])}   plausible {_num(report['plausible'])}")
+    console.print(f"hardware        {(report.get('system') or {}).get('describe') or '-'}")
     table = Table(show_lines=False, header_style="bold")
     table.add_column("check", no_wrap=True)
     table.add_column("result", no_wrap=True)
@@ -75,13 +76,18 @@ def verify(
                                               help="FLOP rules to score with (default: the run's own).")] = None,
     require_signature: Annotated[bool, typer.Option("--require-signature",
                                                     help="Fail integrity if the run is not signed.")] = False,
+    system: Annotated[Path | None, typer.Option(
+        "--system", metavar="FILE", show_default=False,
+        help="The system's registration as JSON (one object of `aiperf-runner system list --json`): the "
+             "hardware and peak the run is judged by. Without it the run's own facts stand in and "
+             "system.registered fails.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verification report as JSON.")] = False,
 ) -> None:
     """Verify a run: hash chain, signature and manifest, schema; recompute FLOPs and the score; check the rules.
 
     Prints a summary and a table of every check (threshold, measured value, outcome), or with --json the full report (what the AIPerf service stores). FLOPs are recomputed from each trial's graph.json, never read from the log.
 
-    Exit codes: 0 integrity OK (whatever the division and the other checks), 1 integrity failed (hash chain, signature, manifest, schema, versions or graphs), 2 usage error (missing path, unknown --rules, unreadable --pubkey).
+    Exit codes: 0 integrity OK (whatever the division and the other checks), 1 integrity failed (hash chain, signature, manifest, schema, versions, graphs or bound rules), 2 usage error (missing path, unknown --rules, unreadable --pubkey or --system).
     """
     from aiperf_runner.spec import keys
     from aiperf_runner.spec.scoring import RULES
@@ -97,8 +103,16 @@ def verify(
             key = keys.load_public_key(pubkey)
         except (ValueError, OSError) as exc:
             raise _usage(f"--pubkey {pubkey}: {exc}") from None
+    registration = None
+    if system is not None:
+        try:
+            registration = json.loads(system.read_text())
+        except (OSError, ValueError) as exc:
+            raise _usage(f"--system {system}: {exc}") from None
+        if not isinstance(registration, dict):
+            raise _usage(f"--system {system}: expected one JSON object (a registered system)")
     try:
-        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature)
+        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature, system=registration)
     except (FileNotFoundError, ValueError) as exc:
         raise _usage(str(exc)) from None
     if as_json:

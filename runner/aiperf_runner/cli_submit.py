@@ -5,7 +5,8 @@
   uploads it with retries, waits until the service has verified it, and prints the status, the
   score the *service* computed, the rank and the result's URL (`--json`: one object).
 
-The server and token may come from $AIPERF_SERVER and $AIPERF_TOKEN.
+The server and token come from the options, else $AIPERF_SERVER and $AIPERF_TOKEN, else what
+`register` saved (aiperf_runner/service.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from aiperf_runner.service import Failure, Service, client, detail, find_service, request, save_service
 from aiperf_runner.spec import bundle, keys
 
 if TYPE_CHECKING:
@@ -26,64 +28,13 @@ if TYPE_CHECKING:
 EXIT_CODES = ("Exit codes: 0 verified, 1 rejected or refused (the message says why), 2 usage error, "
               "3 still not verified when --timeout ran out.")
 DONE = ("verified", "published", "rejected", "withdrawn")
-RETRY_STATUS = {429, 500, 502, 503, 504}
 
-Server = Annotated[str, typer.Option("--server", envvar="AIPERF_SERVER", help="The service's base URL, e.g. "
-                                     "https://aiperf.example.org ($AIPERF_SERVER).", show_default=False)]
-Token = Annotated[str, typer.Option("--token", envvar="AIPERF_TOKEN", help="The site's API token "
-                                    "($AIPERF_TOKEN).", show_default=False)]
+Server = Annotated[str | None, typer.Option("--server", help="The service's base URL, e.g. https://aiperf.example.org "
+                                            "(default: $AIPERF_SERVER, else what `register` saved).",
+                                            show_default=False)]
+Token = Annotated[str | None, typer.Option("--token", help="The site's API token (default: $AIPERF_TOKEN, else "
+                                           "what `register` saved).", show_default=False)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
-
-
-class Failure(Exception):
-    """What to tell the user before exiting with status 1."""
-
-    def __init__(self, message: str, check: str | None = None, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.check = check
-        self.data = data or {}
-
-
-def _client(server: str, token: str, timeout: float = 60.0) -> httpx.Client:
-    import httpx
-
-    return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Token {token}",
-                                                              "Accept": "application/json"},
-                        timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=True)
-
-
-def _detail(resp: httpx.Response) -> tuple[str, str | None]:
-    try:
-        body = resp.json()
-    except ValueError:
-        return f"HTTP {resp.status_code}: {resp.text[:300]}", None
-    if isinstance(body, dict):
-        if "detail" in body:
-            return str(body["detail"]), body.get("check")
-        return "; ".join(f"{k}: {v}" for k, v in body.items()), None
-    return str(body), None
-
-
-def _request(send, what: str, retries: int, backoff: float, say) -> httpx.Response:
-    """Send with retries on connection errors and 429/5xx (exponential backoff)."""
-    import httpx
-
-    delay = backoff
-    for attempt in range(retries + 1):
-        try:
-            resp = send()
-        except httpx.TransportError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        else:
-            if resp.status_code not in RETRY_STATUS:
-                return resp
-            problem = f"HTTP {resp.status_code}"
-        if attempt == retries:
-            raise Failure(f"{what} failed after {retries + 1} attempts ({problem})", "network")
-        say(f"{what}: {problem}; trying again in {delay:.0f} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 60.0)
-    raise AssertionError("unreachable")
 
 
 def _say(quiet: bool):
@@ -91,17 +42,16 @@ def _say(quiet: bool):
 
 
 # ---- register ----------------------------------------------------------------------------------
-def register_key(server: str, token: str, public_key: Path | None = None, label: str = "",
+def register_key(service: Service, public_key: Path | None = None, label: str = "",
                  retries: int = 3) -> dict[str, Any]:
     """Upload the site's public key; the service's answer plus `created`."""
     key = keys.load_public_key(public_key)
-    with _client(server, token) as client:
-        resp = _request(lambda: client.post("/api/v1/keys/", json={"public_key": keys.public_line(key),
-                                                                   "label": label}),
-                        "registering the key", retries, 1.0, _say(True))
+    with client(service) as c:
+        resp = request(lambda: c.post("/api/v1/keys/", json={"public_key": keys.public_line(key), "label": label}),
+                       "registering the key", retries, 1.0, _say(True))
     if resp.status_code in (200, 201):
         return {**resp.json(), "created": resp.status_code == 201}
-    message, check = _detail(resp)
+    message, check = detail(resp)
     raise Failure(f"the service refused the key (HTTP {resp.status_code}): {message}", check)
 
 
@@ -113,12 +63,19 @@ def register_cmd(
     label: Annotated[str, typer.Option("--label", help="A note shown with the key.")] = "",
     as_json: AsJson = False,
 ) -> None:
-    """Register the site's public key with an AIPerf service (uses the site's API token)."""
+    """Register the site's public key with an AIPerf service (uses the site's API token).
+
+    The server and token are saved (service.json in the config directory, mode 0600) for the
+    commands that talk to the service later: `system`, `run --system`, `submit`.
+    """
     try:
-        data = register_key(server, token, pubkey, label)
+        service = find_service(server, token)
+        assert service is not None
+        data = register_key(service, pubkey, label)
     except (keys.KeyFileError, Failure) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    data["service_file"] = str(save_service(service.server, service.token))
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -148,7 +105,7 @@ def _bundle_for(path: Path, key_path: Path | None, say) -> Path:
     return bundle.pack(path, out, private)
 
 
-def submit_bundle(server: str, token: str, path: Path, *, key_path: Path | None = None, wait: bool = True,
+def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None, wait: bool = True,
                   timeout: float = 600.0, retries: int = 5, backoff: float = 2.0,
                   quiet: bool = False) -> dict[str, Any]:
     """Upload and (optionally) wait; return the submission as the service last described it."""
@@ -158,18 +115,18 @@ def submit_bundle(server: str, token: str, path: Path, *, key_path: Path | None 
     except (keys.KeyFileError, bundle.BundleError) as exc:
         raise Failure(str(exc)) from None
     size = out.stat().st_size
-    say(f"uploading {out.name} ({size / 1e6:.1f} MB) to {server}")
+    say(f"uploading {out.name} ({size / 1e6:.1f} MB) to {service.server}")
 
-    with _client(server, token, timeout=max(60.0, size / 1e6)) as client:
+    with client(service, timeout=max(60.0, size / 1e6)) as c:
         def send() -> httpx.Response:
             with open(out, "rb") as fh:
-                return client.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")})
+                return c.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")})
 
-        resp = _request(send, "uploading", retries, backoff, say)
+        resp = request(send, "uploading", retries, backoff, say)
         if resp.status_code == 401:
             raise Failure("the service does not know this token (HTTP 401)", "token")
         if resp.status_code not in (200, 201):
-            message, check = _detail(resp)
+            message, check = detail(resp)
             raise Failure(f"refused by the service (HTTP {resp.status_code}, check {check or '?'}): {message}",
                           check, {"http_status": resp.status_code})
         sub = resp.json()
@@ -185,9 +142,9 @@ def submit_bundle(server: str, token: str, path: Path, *, key_path: Path | None 
             time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
             pause = min(pause * 1.5, 5.0)
             status_url = f"/api/v1/submissions/{sub['id']}/"
-            r = _request(lambda url=status_url: client.get(url), "checking the status", retries, backoff, say)
+            r = request(lambda url=status_url: c.get(url), "checking the status", retries, backoff, say)
             if r.status_code != 200:
-                message, _ = _detail(r)
+                message, _ = detail(r)
                 raise Failure(f"cannot read submission {sub['id']} (HTTP {r.status_code}): {message}")
             sub = {**r.json(), "bundle": str(out)}
     return sub
@@ -225,7 +182,9 @@ def submit_cmd(
 ) -> None:
     """Sign, pack and upload a run; wait for the service's verification; print score, rank and URL."""
     try:
-        sub = submit_bundle(server, token, run_dir, key_path=key, wait=not no_wait, timeout=timeout,
+        service = find_service(server, token)
+        assert service is not None
+        sub = submit_bundle(service, run_dir, key_path=key, wait=not no_wait, timeout=timeout,
                             retries=retries, quiet=as_json)
     except Failure as exc:
         if as_json:

@@ -81,6 +81,7 @@ class RunConfig:
     early_stopping_patience: int = 0
     system_name: str = ""  # the name the list shows; empty: the list describes the hardware instead
     interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
+    system_id: str = ""  # the service's id of the registered system the run is judged by (run --system)
 
     def check(self) -> None:
         if self.slots is not None and self.slots < 1:
@@ -138,7 +139,10 @@ class Controller:
     # ---- building -----------------------------------------------------------------------------------
     @classmethod
     def create(cls, config: RunConfig, run_dir: str | Path, *, peak_overrides: dict[str, float] | None = None, progress: Any = None,
-               search_factory: Callable[..., tuple[Any, Any]] = make_search) -> Controller:
+               search_factory: Callable[..., tuple[Any, Any]] = make_search,
+               registration: dict[str, Any] | None = None) -> Controller:
+        """Start a run. `registration`: the service's record of the system (`run --system`), kept in
+        run.json's `system` (`id`, `registration`); the service judges the run by its own copy."""
         from aiperf_runner import sysinfo
 
         config.check()
@@ -168,6 +172,13 @@ class Controller:
                 system["name"] = config.system_name
             if config.interconnect:
                 system["interconnect"] = config.interconnect
+            if registration is not None:
+                config.system_id = str(registration["id"])
+                system["id"] = registration["id"]
+                system["registration"] = dict(registration)
+                system.setdefault("name", registration.get("name") or "")
+                if registration.get("interconnect") and "interconnect" not in system:
+                    system["interconnect"] = registration["interconnect"]
             peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
             config.slots = len(slots)
             run_json = {
@@ -196,7 +207,8 @@ class Controller:
         # Candidates for the first wave are made before the clock starts: no slot starts idle.
         self.buffer.wait_ready(min(len(self.slots), self.buffer.target), timeout=120)
         self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
-                  slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION)
+                  slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
+                  precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset)
         return self
 
     @classmethod

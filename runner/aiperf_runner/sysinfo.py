@@ -44,6 +44,11 @@ def memory_bytes() -> int | None:
     return None
 
 
+def host_facts() -> dict[str, Any]:
+    """This machine's CPU model, cores and memory (defaults for `aiperf-runner system add`)."""
+    return {"cpu_model": cpu_model(), "cpu_cores": cpu_cores(), "memory_bytes": memory_bytes() or 0}
+
+
 def _nvidia_present() -> bool:
     return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()
 

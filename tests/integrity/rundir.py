@@ -18,7 +18,7 @@ T0 = 1_764_530_000.0
 
 
 def small_graph() -> Graph:
-    g = Graph([(3, 32, 32)], [])
+    g = Graph([(3, 16, 16)], [])
     x = g.add_layer("conv2d", [0], in_channels=3, filters=8, kernel_size=3, stride=1, padding=1)
     x = g.add_layer("batchnorm2d", [x], num_features=8)
     x = g.add_layer("relu", [x])
@@ -39,7 +39,7 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     clock = itertools.count(T0, 2.0).__next__
     graph = small_graph()
     hparams = {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}
-    dataset = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 32}
+    dataset = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 16}
     _write_json(root / "run.json", {
         "run_id": RUN_ID, "runner_version": __version__, "spec_version": SPEC_VERSION, "rules": "v2",
         "preset": "smoke", "precision": "fp32", "seed": 0, "created_at": T0,
@@ -59,7 +59,8 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     with EventWriter(root / "events.jsonl", clock=clock) as log, \
          EventWriter(trial / "events.jsonl", clock=clock) as tlog:
         log.append("run_started", run_id=RUN_ID, preset="smoke", rules="v2", slots=1,
-                   runner_version=__version__, spec_version=SPEC_VERSION)
+                   runner_version=__version__, spec_version=SPEC_VERSION, precision="fp32", devices_per_slot=1,
+                   dataset=dataset)
         log.append("trial_proposed", trial="t0000", arch_hash=graph.hash(), parent=None, morphisms=[],
                    hparams=hparams, hparam_source="seed", round=0, epoch_budget=epochs)
         log.append("trial_started", trial="t0000", attempt=1, slot=0, nodes=["node0"], devices=1)

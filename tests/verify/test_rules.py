@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from aiperf_runner.spec import rules as R
+from aiperf_runner.spec import verify as spec_verify
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
-from aiperf_runner.spec.verify import verify
 
-from tests.runfactory import RunBuilder, make_run, rewrite_events, small_graph
+from tests.runfactory import RunBuilder, make_run, registration_of, rewrite_events, small_graph
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_BF16 = 989.4e12
@@ -27,6 +27,13 @@ def official(path: Path, **over: Any) -> Path:
     params.update(over)
     make_run(path, **params)
     return path
+
+
+def verify(path: Path, **kw: Any) -> dict[str, Any]:
+    """verify() against the registration of the hardware the run describes (as the service would),
+    unless the test passes its own `system`."""
+    kw.setdefault("system", registration_of(path))
+    return spec_verify.verify(path, **kw)
 
 
 def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,7 +73,7 @@ def test_the_official_run_passes_every_check(good: Path) -> None:
     assert report["integrity_ok"] and report["valid"] and report["stable"] and report["plausible"]
     for c in report["checks"]:
         assert set(c) == {"name", "threshold", "measured", "passed", "message"}
-        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility"}
+        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility", "system"}
         assert c["message"]
 
 
@@ -245,16 +252,26 @@ def test_declared_peak_far_above_the_table(tmp_path: Path) -> None:
     assert not c["passed"] and c["measured"] == pytest.approx(2.0)
 
 
-def test_unknown_accelerator_uses_the_declared_peak(tmp_path: Path) -> None:
-    report = verify(official(tmp_path / "run", accelerator_model="Acme Tensor 9000"))
-    c = checks(report)["plausibility.declared_peak"]
-    assert c["passed"] and "not in the peak table" in c["message"]
+def test_an_unknown_accelerator_waits_for_its_peak_whatever_it_declares(tmp_path: Path) -> None:
+    path = official(tmp_path / "run", accelerator_model="Acme Tensor 9000", declared_peak=1e18)
+    report = verify(path, system=registration_of(path, status="pending"))
+    assert failed(report) == {"system.registered", "system.peak"}
+    assert "not in the peak table" in checks(report)["system.peak"]["message"]
+    assert checks(report)["plausibility.declared_peak"]["passed"]  # a note: it bounds nothing
+    assert report["division"] == "open" and not report["rejected"] and report["peak_flops"] is None
+    # once a list maintainer adds the model's peak, the registration carries it and the result is judged
+    added = registration_of(path, peak_flops={"bf16": H100_BF16})
+    again = verify(path, system=added)
+    assert failed(again) == {"plausibility.declared_peak"} and again["rejected"]
 
 
 def test_score_and_epochs_above_the_peak(tmp_path: Path) -> None:
-    report = verify(official(tmp_path / "run", accelerator_model="Acme Tensor 9000", declared_peak=1e9))
+    """Work an H100 system did, judged by a registration of one slow CPU core."""
+    path = official(tmp_path / "run")
+    report = verify(path, system=registration_of(path, accelerator_model="cpu", accelerators_per_node=0,
+                                                 cpu_cores=1, cpu_model="Slow CPU @ 0.10GHz"))
     assert {"plausibility.score_peak", "plausibility.epoch_rate"} <= failed(report)
-    assert checks(report)["plausibility.score_peak"]["measured"] > 1
+    assert checks(report)["plausibility.score_peak"]["measured"] > 1 and report["rejected"]
 
 
 def test_epoch_rate_uses_the_slots_share_of_the_peak(good: Path) -> None:

@@ -43,7 +43,7 @@ class Findings:
     def add(self, line: int, message: str) -> None:
         self.count += 1
         if len(self.messages) < MAX_MESSAGES:
-            self.messages.append(f"line {line}: {message}")
+            self.messages.append(f"line {line}: {message}" if line else message)
 
     def text(self, ok: str) -> str:
         if not self.count:

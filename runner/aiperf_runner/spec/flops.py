@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .graph import Graph
+from .graph import Graph, GraphError
 
 RULES = ("v1-compat", "v2")
 DEFAULT_RULES = "v2"
@@ -153,6 +153,9 @@ def _v1_layers(graph: Graph, kernel_size: int) -> list[LayerFlops]:
         if t == "conv2d":
             k = kernel_size if count > V1_KERNEL_QUIRK_AFTER else int(p["kernel_size"])
             ho = (x[1] + 2 * int(p["padding"]) - k) // int(p["stride"]) + 1
+            if ho < 1:  # a kernel larger than its input: the original would square a negative size
+                raise GraphError(f"layer {i} (conv2d): with kernel size {k} its output would be smaller than "
+                                 f"1x1 (input {x[1]}x{x[2]}, padding {p['padding']})")
             kcc = k * k * int(p["in_channels"]) * int(p["filters"])
             fwd = 2 * ho * ho * kcc
             bwd = kcc * (2 * ho * ho + 2) if first_conv else kcc * (4 * ho * ho + 2)

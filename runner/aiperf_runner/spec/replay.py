@@ -118,6 +118,7 @@ class Replay:
         self.finished_at: float | None = None  # the last run_finished
         self.finish_reason: str | None = None
         self.run_started = 0
+        self.run_started_event: Mapping[str, Any] | None = None  # the first one
         self.run_finished = 0
         self.resumed: list[float] = []
         self.first_t: float | None = None
@@ -127,7 +128,10 @@ class Replay:
         self.repeated_epochs = 0
         self.trials_finished = 0  # trial_finished lines
         self.first_trial_start: float | None = None
-        self.max_running = 0
+        self.max_running = 0  # attempts at once
+        self.max_devices_running = 0  # devices of the attempts running at once
+        self.max_attempt_devices = 0
+        self._devices_running = 0
         self.best_epoch_accuracy: float | None = None
         self.trials: dict[str, TrialState] = {}  # proposed, in proposal order
         self.unproposed: dict[str, TrialState] = {}  # trials with lines but no trial_proposed
@@ -252,6 +256,7 @@ class Replay:
         if self.started_at is None:
             self.started_at = t
             self.run_id = ev.get("run_id")
+            self.run_started_event = ev
         if self.slots is None and ev.get("slots") is not None:
             self.slots = int(ev["slots"])
 
@@ -263,6 +268,7 @@ class Replay:
         # line); their slots are free again.
         self._orphaned.update(self._active)
         self._active.clear()
+        self._devices_running = 0
         self._slot_busy.clear()
         self._running.clear()
 
@@ -323,6 +329,9 @@ class Replay:
         self._slot_busy[slot] = key
         self._active[key] = attempt
         self._running[trial_id] = number
+        self._devices_running += attempt.devices
+        self.max_devices_running = max(self.max_devices_running, self._devices_running)
+        self.max_attempt_devices = max(self.max_attempt_devices, attempt.devices)
         n = len(self._active)
         if n > self.max_running:
             self.max_running = n
@@ -331,8 +340,10 @@ class Replay:
 
     def _drop(self, key: tuple[str, int]) -> None:
         """An attempt that stopped being tracked without an end line (its late lines are allowed)."""
-        if self._active.pop(key, None) is not None:
+        dropped = self._active.pop(key, None)
+        if dropped is not None:
             self._orphaned.add(key)
+            self._devices_running -= dropped.devices
         if self._running.get(key[0]) == key[1]:
             del self._running[key[0]]
 
@@ -343,6 +354,7 @@ class Replay:
         if self._running.get(trial_id) == number:
             del self._running[trial_id]
         if active is not None:
+            self._devices_running -= active.devices
             if self._slot_busy.get(active.slot) == key:
                 del self._slot_busy[active.slot]
         elif key in self._orphaned:

@@ -1,9 +1,10 @@
 """The rules a result must pass (DESIGN section 5; operator-facing text in docs/rules.md).
 
 Every check returns one dict `{name, threshold, measured, passed, message}`; the list of them is
-the verification report. Names are `<group>.<check>` with group one of integrity, validity,
-stability, plausibility. Thresholds live in ONE versioned table, `THRESHOLDS[RULES_VERSION]`;
-changing a number means a new rules version (results carry the version they were checked under).
+the verification report. Names are `<group>.<check>` with group one of `GROUPS`. Thresholds live in
+ONE versioned table, `THRESHOLDS[RULES_VERSION]`; changing a number means a new rules version
+(results carry the version they were checked under). A failed check of `BLOCKING` rejects a result;
+any other failed check keeps it out of the official division (`division`).
 
 What the checks measure in the event log is gathered by `audit.LogAudit` in one streaming pass
 over the log's replay (spec/replay.py); the event schema is spec/schema.py.
@@ -23,14 +24,21 @@ from .schema import run_json_problems
 __all__ = ["RULES_VERSION", "THRESHOLDS", "thresholds", "check", "group", "all_passed", "run_json_problems",
            "Findings", "LogAudit"]
 
-RULES_VERSION = "1.0"
+RULES_VERSION = "2.0"
+"""2.0: registered systems (`system.*`), bound rules (`integrity.bound`), `v2` only and stability
+required for the official division. 1.0: the first rules."""
+
+GROUPS = ("integrity", "validity", "stability", "plausibility", "system")
+BLOCKING = ("integrity.", "plausibility.", "system.devices")
+"""Checks (by name prefix) whose failure rejects a result: the log is broken or claims the impossible."""
 
 THRESHOLDS: dict[str, dict[str, Any]] = {
-    "1.0": {
+    "2.0": {
         # integrity
         "spec_versions": [SPEC_VERSION],
         "flop_rules": ["v2", "v1-compat"],
         # validity (official division)
+        "official_rules": "v2",
         "official_preset": "imagenet",
         "min_duration_s": 3600.0,
         "precisions": list(PRECISIONS),
@@ -47,6 +55,9 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
         "clock_skew_s": 60.0,         # trial clocks vs the controller's
         "epoch_images_slack": 0.01,   # images trained per epoch <= train_images x (1 + slack) + pad
         "epoch_images_pad": 1024,
+        # review by a list maintainer before publication (the service)
+        "review_efficiency_vs_best": 1.25,  # x the best official efficiency on the same accelerator model
+        "review_efficiency_max": 0.6,       # of peak, outright
     },
 }
 
@@ -70,6 +81,16 @@ def group(checks: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
 def all_passed(checks: list[dict[str, Any]], prefix: str) -> bool:
     selected = group(checks, prefix)
     return bool(selected) and all(c["passed"] for c in selected)
+
+
+def blocking(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failed checks that reject a result."""
+    return [c for c in checks if not c["passed"] and c["name"].startswith(BLOCKING)]
+
+
+def official(checks: list[dict[str, Any]]) -> bool:
+    """Every check of every group passed."""
+    return all(all_passed(checks, g) for g in GROUPS)
 
 
 def _fmt(x: float | None) -> str:
@@ -146,7 +167,20 @@ def check_graphs(errors: Findings, trials: int, distinct: int) -> dict[str, Any]
                              "FLOPs recomputed from them"))
 
 
+def check_bound(found: Findings) -> dict[str, Any]:
+    return check("integrity.bound", 0, found.count, found.count == 0, found.text(
+        "run_started and run.json agree on rules, preset, precision, slots, devices per slot and data set; "
+        "the data set, every graph's input and classes and every trial's hyper-parameters are the preset's"))
+
+
 # validity
+
+def check_rules(rules: Any, th: Mapping[str, Any]) -> dict[str, Any]:
+    ok = rules == th["official_rules"]
+    return check("validity.rules", th["official_rules"], rules, ok,
+                 f"FLOP rules {rules!r}" + ("" if ok else f": only {th['official_rules']!r} results are official; "
+                                                          "they are listed apart"))
+
 
 def check_preset(preset: Any, th: Mapping[str, Any]) -> dict[str, Any]:
     ok = preset == th["official_preset"]
@@ -218,25 +252,25 @@ def check_stability(points: list[dict[str, float]], th: Mapping[str, Any]) -> di
 
 # plausibility
 
-def check_declared_peak(declared: float | None, table: float | None, how: str, precision: Any,
+def check_declared_peak(declared: float | None, peak: float | None, how: str, precision: Any,
                         th: Mapping[str, Any]) -> dict[str, Any]:
+    """run.json's declared peak is a note; it may not exceed the peak the run is judged by by more than 25 %."""
     name, bound = "plausibility.declared_peak", th["max_declared_to_table"]
-    if declared is None or declared <= 0:
-        if table is None:
-            return check(name, bound, None, False, f"no declared peak at {precision} and none known: {how}")
-        return check(name, bound, None, True, f"no declared peak at {precision}; using {_fmt(table)} FLOP/s ({how})")
-    if table is None:
-        return check(name, bound, None, True, f"declared {_fmt(declared)} FLOP/s at {precision}; {how}")
-    ratio = declared / table
+    if declared is None:
+        return check(name, bound, None, True, f"no declared peak at {precision} (a note only)")
+    if peak is None:
+        return check(name, bound, None, True, f"declared {_fmt(declared)} FLOP/s at {precision} (a note only; "
+                                              f"no known peak to compare: {how})")
+    ratio = declared / peak
     ok = ratio <= bound
-    return check(name, bound, ratio, ok, f"declared {_fmt(declared)} FLOP/s at {precision}, table "
-                 f"{_fmt(table)} ({how})" + ("" if ok else f": more than {bound}x the known peak"))
+    return check(name, bound, ratio, ok, f"declared {_fmt(declared)} FLOP/s at {precision} (a note), judged by "
+                 f"{_fmt(peak)} ({how})" + ("" if ok else f": more than {bound}x the known peak"))
 
 
 def check_score_peak(max_score: float, peak: float | None, th: Mapping[str, Any]) -> dict[str, Any]:
     name, bound = "plausibility.score_peak", th["max_score_to_peak"]
     if not peak:
-        return check(name, bound, None, False, "no peak FLOP/s known to compare the score with")
+        return check(name, bound, None, True, "not checked: no peak FLOP/s known (see system.peak)")
     ratio = max_score / peak
     ok = ratio <= bound
     return check(name, bound, ratio, ok, f"highest score {_fmt(max_score)} OPS is {ratio:.1%} of the peak "
@@ -246,7 +280,7 @@ def check_score_peak(max_score: float, peak: float | None, th: Mapping[str, Any]
 def check_epoch_rate(audit: LogAudit, peak_known: bool, th: Mapping[str, Any]) -> dict[str, Any]:
     name, bound = "plausibility.epoch_rate", th["max_epoch_to_peak"]
     if not peak_known:
-        return check(name, bound, None, False, "no peak FLOP/s known to compare epochs with")
+        return check(name, bound, None, True, "not checked: no peak FLOP/s known (see system.peak)")
     if audit.max_epoch_ratio is None:
         return check(name, bound, None, True, "no epoch to check")
     ok = audit.epoch_rate.count == 0
@@ -284,3 +318,44 @@ def check_lifecycle(audit: LogAudit) -> dict[str, Any]:
     return check("plausibility.lifecycle", 0, audit.lifecycle.count,
                  audit.lifecycle.count == 0,
                  audit.lifecycle.text("every trial proposed, started, numbered its epochs and ended in order") + extra)
+
+
+# system: the registered hardware
+
+def check_registered(hw: Any, run_system_id: Any) -> dict[str, Any]:
+    name, threshold = "system.registered", "a registered, approved system of the submitting site"
+    if not hw.registered:
+        return check(name, threshold, None, False, "hardware unregistered: run.json's system facts are the site's "
+                     "own statement (the service judges a run by its registered system; offline, verify --system FILE)")
+    if hw.status != "approved":
+        return check(name, threshold, hw.system_id, False, f"system {hw.system_id} is {hw.status}: a list "
+                     f"maintainer has not yet added the peak of {hw.accelerator_model!r}")
+    if run_system_id is not None and str(run_system_id) != str(hw.system_id):
+        return check(name, threshold, hw.system_id, False, f"run.json names system {run_system_id}, "
+                     f"the registration is system {hw.system_id}")
+    return check(name, threshold, hw.system_id, True, hw.describe())
+
+
+def check_peak_known(peak: float | None, how: str, precision: Any) -> dict[str, Any]:
+    return check("system.peak", "known", peak, bool(peak),
+                 f"{_fmt(peak)} FLOP/s at {precision} ({how})" if peak else
+                 f"no peak FLOP/s known at {precision}: {how}; the result waits outside the official division "
+                 "until a list maintainer adds it")
+
+
+def check_devices(audit: LogAudit, hw: Any, devices_per_slot: Any) -> dict[str, Any]:
+    name = "system.devices"
+    replay = audit.replay
+    per_slot = devices_per_slot if type(devices_per_slot) is int and devices_per_slot >= 1 else None
+    threshold = {"per_trial": per_slot, "at_once": None if hw.is_cpu else hw.accelerators}
+    problems = []
+    if per_slot is not None and replay.max_attempt_devices > per_slot:
+        problems.append(f"a trial used {replay.max_attempt_devices} devices; a slot has {per_slot}")
+    if not hw.is_cpu and replay.max_devices_running > hw.accelerators:
+        problems.append(f"{replay.max_devices_running} devices in use at once; the system has {hw.accelerators} "
+                        f"({hw.describe()})")
+    measured = {"per_trial": replay.max_attempt_devices, "at_once": replay.max_devices_running}
+    where = "CPU processes; the machine's peak bounds every slot" if hw.is_cpu else f"of {hw.accelerators}"
+    return check(name, threshold, measured, not problems, "; ".join(problems) or
+                 f"at most {replay.max_attempt_devices} devices per trial, {replay.max_devices_running} at once "
+                 f"({where})")

@@ -40,15 +40,20 @@ class ArchInfo:
     arch_hash: str | None = None  # Graph.hash() of the canonical form; None if the graph is invalid
     error: str | None = None
     flops: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rules, kernel_size) -> FlopCounts
+    input_shape: tuple[int, ...] | None = None  # of the graph's input node, e.g. (3, 224, 224)
+    output_shape: tuple[int, ...] | None = None  # of its output node: (classes,) for a classifier
 
 
 PREFETCH_MIN_DISTINCT = 64
 """`RunDir.prefetch` uses processes only from this many distinct graphs on (process start-up costs)."""
 
 
-def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool
-             ) -> tuple[str | None, str | None, dict[tuple[str, int], Any]]:
-    """(canonical hash, error, {(rules, kernel_size): FlopCounts}) of one graph file's bytes."""
+Analysis = tuple[str | None, str | None, dict[tuple[str, int], Any], tuple[int, ...] | None, tuple[int, ...] | None]
+"""(canonical hash, error, {(rules, kernel_size): FlopCounts}, input shape, output shape)"""
+
+
+def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool) -> Analysis:
+    """What verification needs of one graph file's bytes (see `Analysis`)."""
     flops: dict[tuple[str, int], Any] = {}
     try:
         graph = Graph.from_json(json.loads(raw))
@@ -58,31 +63,34 @@ def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool
             flops[(rules, ks)] = flops_per_image(graph, rules=rules, kernel_size=ks)  # validates first
         if not flops_keys:
             graph.validate()
-        return (graph.hash() if want_hash else None), None, flops
+        shapes = tuple(graph.nodes[graph.input_node]), tuple(graph.nodes[graph.output_node])
+        return (graph.hash() if want_hash else None), None, flops, *shapes
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
-        return None, str(exc) or type(exc).__name__, flops
+        return None, str(exc) or type(exc).__name__, flops, None, None
 
 
-def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]
-                   ) -> list[tuple[str, str | None, str | None, dict[tuple[str, int], Any]]]:
-    """Process-pool task: [(digest, path, flops keys)] -> [(digest, hash, error, flops)]."""
-    out: list[tuple[str, str | None, str | None, dict[tuple[str, int], Any]]] = []
+def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]) -> list[tuple[str, Analysis]]:
+    """Process-pool task: [(digest, path, flops keys)] -> [(digest, analysis)]."""
+    out: list[tuple[str, Analysis]] = []
     for digest, path, keys in items:
         try:
             raw = Path(path).read_bytes()
         except OSError as exc:
-            out.append((digest, None, f"cannot be read ({exc.strerror})", {}))
+            out.append((digest, (None, f"cannot be read ({exc.strerror})", {}, None, None)))
             continue
-        out.append((digest, *_analyse(raw, keys, True)))
+        out.append((digest, _analyse(raw, keys, True)))
     return out
 
 
-def _merge(info: ArchInfo, arch_hash: str | None, error: str | None, flops: dict[tuple[str, int], Any]) -> None:
+def _merge(info: ArchInfo, analysis: Analysis) -> None:
+    arch_hash, error, flops, input_shape, output_shape = analysis
     if arch_hash is not None:
         info.arch_hash = arch_hash
     if error is not None:
         info.error = error
     info.flops.update(flops)
+    if input_shape is not None:
+        info.input_shape, info.output_shape = input_shape, output_shape
 
 
 class RunDir:
@@ -183,7 +191,7 @@ class RunDir:
             return info
         if info is None:
             info = self._arch_by_digest[digest] = ArchInfo(digest)
-        _merge(info, *_analyse(raw, [flops_key] if flops_key is not None else [], info.arch_hash is None))
+        _merge(info, _analyse(raw, [flops_key] if flops_key is not None else [], info.arch_hash is None))
         return info
 
     def trial_flops(self, trial: str, rules: str) -> Any:
@@ -247,9 +255,8 @@ class RunDir:
         except Exception:  # noqa: BLE001 - no processes here (daemonic worker, limits): stay lazy
             return 0
         for batch in results:
-            for digest, arch_hash, error, flops in batch:
-                info = self._arch_by_digest.setdefault(digest, ArchInfo(digest))
-                _merge(info, arch_hash, error, flops)
+            for digest, analysis in batch:
+                _merge(self._arch_by_digest.setdefault(digest, ArchInfo(digest)), analysis)
         return len(items)
 
     @property

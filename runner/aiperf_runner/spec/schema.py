@@ -116,7 +116,8 @@ def obj(name: str, doc: str = "") -> Field:
 EVENTS: dict[str, EventType] = {e.name: e for e in (
     EventType("run_started", (MAIN,), (
         run_id_field(), string("preset"), string("rules"), pos("slots"), string("runner_version"),
-        string("spec_version")), "the first line of the log"),
+        string("spec_version"), string("precision"), pos("devices_per_slot"),
+        obj("dataset", "(train_images, val_images, classes, image_size: as run.json)")), "the first line of the log"),
     EventType("run_resumed", (MAIN,), (string("run_id"),), "a controller continued the run after a crash or kill"),
     EventType("trial_proposed", (MAIN,), (
         trial_field(), Field("arch_hash", "type(v) is str and HEX64.fullmatch(v) is not None",

@@ -14,16 +14,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import SPEC_VERSION, peaks, schema
+from . import SPEC_VERSION, hardware, schema
 from . import rules as R
+from .bound import bound_findings
 from .eventlog import LogError
+from .fingerprint import EpochFingerprints
+from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
 from .replay import Replay
 from .runio import RunDir, RunIOError
 from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
 
 REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
                  "trials_finished", "epochs", "checks", "run_id", "fingerprint", "division", "series",
-                 "valid", "stable", "plausible", "spec_version", "rules_version")
+                 "valid", "stable", "plausible", "spec_version", "rules_version", "rejected", "peak_flops",
+                 "efficiency", "system", "epoch_fingerprints")
 
 BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.zst", ".tar.xz", ".tar.bz2")
 
@@ -32,7 +36,7 @@ _SIGNATURE_WORDS = ("signature", "signed", "public_key", "fingerprint", "MANIFES
 
 def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
            require_signature: bool = False, rules_version: str = R.RULES_VERSION,
-           workers: int | None = None) -> dict[str, Any]:
+           workers: int | None = None, system: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Verify a run directory or a bundle (.tar.gz); see docs/internals.md, "Verification".
 
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
@@ -40,6 +44,8 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
     `workers`: processes for analysing the trial graphs (default: one per CPU; 1 = none). Runs with
     few distinct architectures, and callers that cannot start processes, analyse them in-process.
+    `system`: the service's registration of the run's system (spec/hardware.py); without it the
+    run's own hardware facts stand in and `system.registered` fails.
     Raises FileNotFoundError for a missing path and ValueError for unknown `rules`; everything wrong
     with the run itself is reported in the checks instead.
     """
@@ -54,7 +60,7 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if path.is_dir():
-        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers)
+        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system)
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -66,14 +72,15 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
             report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
                                         None, False, str(exc))]
             return report
-        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers)
+        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system)
 
 
 def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
     return {"integrity_ok": False, "rules": rules, "score_ops": 0.0, "regulated_score_ops": 0.0,
             "max_accuracy": 0.0, "duration_s": 0.0, "trials_finished": 0, "epochs": 0, "checks": [],
             "run_id": None, "fingerprint": None, "division": "open", "series": [], "valid": False,
-            "stable": False, "plausible": False, "spec_version": SPEC_VERSION, "rules_version": rules_version}
+            "stable": False, "plausible": False, "spec_version": SPEC_VERSION, "rules_version": rules_version,
+            "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": []}
 
 
 def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict[str, Any]], str | None]:
@@ -94,56 +101,9 @@ def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict
         fingerprint
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        return None
-    return float(v)
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _peaks(run: Mapping[str, Any], precision: Any) -> tuple[float | None, float | None, str, Any]:
-    """(declared system peak, table system peak, how the table peak was found, slot_peak function)."""
-    declared_map = _dict(run.get("declared_peak_flops"))
-    declared = _number(declared_map.get(precision)) if isinstance(precision, str) else None
-    system = _dict(run.get("system"))
-    table: float | None = None
-    how = "precision unknown"
-    if precision in peaks.PRECISIONS:
-        try:
-            table, how = peaks.system_peak(system, precision)
-        except (TypeError, ValueError) as exc:
-            table, how = None, f"system block unreadable ({exc})"
-    peak = declared or table
-    count = system.get("accelerator_count")
-    count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
-
-    def slot_peak(devices: int) -> float | None:
-        if not peak:
-            return None
-        if count:
-            return peak * max(int(devices), 1) / count
-        return peak  # CPU runs: the whole machine bounds one slot
-
-    return declared, table, how, slot_peak
-
-
-def run_peak(run: Mapping[str, Any]) -> float | None:
-    """The peak FLOP/s a run is judged against: declared at its precision, else the table's."""
-    declared, table, _how, _slot_peak = _peaks(run, run.get("precision"))
-    return declared or table
-
-
-def efficiency(score_ops: float, run: Mapping[str, Any]) -> float | None:
-    """Score as a share of the run's peak (None when no peak is known)."""
-    peak = run_peak(run)
-    return score_ops / peak if peak else None
-
-
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
-                rules_version: str, workers: int | None = None) -> dict[str, Any]:
+                rules_version: str, workers: int | None = None,
+                registration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     th = R.thresholds(rules_version)
     checks: list[dict[str, Any]] = []
     run_dir = RunDir(root)
@@ -162,7 +122,9 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     report["fingerprint"] = fingerprint
 
     precision = run.get("precision")
-    declared, table, how, slot_peak = _peaks(run, precision)
+    hw = hardware.hardware_of(run, registration)
+    peak, how = hw.peak(precision)
+    slot_peak = hw.slot_peak(peak)
 
     graph_errors = R.Findings()
     replay = Replay()
@@ -184,6 +146,8 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     run_dir.prefetch(rules, workers)
     acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
+    fingerprints = EpochFingerprints()
+    replay.listen(fingerprints)
     chain_error: str | None = None
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
@@ -208,8 +172,10 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_versions(run, th))
     checks.append(R.check_schema(audit))
     checks.append(R.check_graphs(graph_errors, acc.trials_with_epochs, run_dir.distinct_architectures))
+    checks.append(R.check_bound(bound_findings(run, replay, run_dir)))
     # validity
     preset = run.get("preset")
+    checks.append(R.check_rules(rules, th))
     checks.append(R.check_preset(preset, th))
     checks.append(R.check_duration(series.duration_s, th))
     checks.append(R.check_precision(precision, th))
@@ -219,8 +185,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     # stability
     checks.append(R.check_stability(series.points, th))
     # plausibility
-    peak = declared or table
-    checks.append(R.check_declared_peak(declared, table, how, precision, th))
+    checks.append(R.check_declared_peak(hardware.declared_peak(run, precision), peak, how, precision, th))
     max_score = max((p["score"] for p in series.points), default=0.0)
     checks.append(R.check_score_peak(max_score, peak, th))
     checks.append(R.check_epoch_rate(audit, bool(peak), th))
@@ -229,6 +194,11 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_concurrency(audit))
     checks.append(R.check_timestamps(audit))
     checks.append(R.check_lifecycle(audit))
+    # system
+    run_system = run.get("system") if isinstance(run.get("system"), Mapping) else {}
+    checks.append(R.check_registered(hw, run_system.get("id") if isinstance(run_system, Mapping) else None))
+    checks.append(R.check_peak_known(peak, how, precision))
+    checks.append(R.check_devices(audit, hw, _dict(run.get("config")).get("devices_per_slot")))
 
     for c in checks:
         c["measured"] = _json_safe(c["measured"])
@@ -243,13 +213,24 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
         "trials_finished": acc.trials_finished,
         "epochs": len(acc.table),
         "checks": checks,
-        "division": "official" if valid and integrity_ok else "open",
+        "division": "official" if R.official(checks) else "open",
         "series": series.points,
         "valid": valid,
         "stable": R.all_passed(checks, "stability"),
         "plausible": R.all_passed(checks, "plausibility"),
+        "rejected": bool(R.blocking(checks)),
+        "peak_flops": peak,
+        "efficiency": series.score / peak if peak else None,
+        "system": {"registered": hw.registered, "id": hw.system_id, "name": hw.name,
+                   "accelerator_model": hw.accelerator_model, "accelerators": hw.accelerators, "nodes": hw.nodes,
+                   "describe": hw.describe()},
+        "epoch_fingerprints": fingerprints.digests,
     })
     return report
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def _json_safe(v: Any) -> Any:

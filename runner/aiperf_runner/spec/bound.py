@@ -1,0 +1,82 @@
+"""`integrity.bound`: what decides the score was fixed before the run and agrees everywhere.
+
+- `run_started` (the log's first line) and `run.json` state the same rules, preset, precision,
+  slots, devices per slot and data set (a run.json edited after the run, e.g. to other FLOP rules,
+  disagrees with the log it was signed with);
+- run.json's data set is the preset's (spec/presets.py: ImageNet-1k has 1,281,167 training and
+  50,000 validation images in 1,000 classes at 224x224);
+- every trial's graph takes the preset's input (channels x size x size) and has the data set's
+  classes; its hyper-parameters (`hparams.json`) are the ones its `trial_proposed` logged, inside
+  the preset's search space (`kernel_size` fixed at 3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from . import presets
+from .audit import Findings
+from .replay import Replay
+from .runio import RunDir, RunIOError
+
+RUN_STARTED_BOUND = ("rules", "preset", "precision", "slots", "devices_per_slot")
+DATASET_BOUND = ("train_images", "val_images", "classes", "image_size")
+
+
+def _config(run: Mapping[str, Any], key: str) -> Any:
+    if key in ("slots", "devices_per_slot"):
+        cfg = run.get("config")
+        return cfg.get(key) if isinstance(cfg, Mapping) else None
+    return run.get(key)
+
+
+def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> Findings:
+    found = Findings()
+    started = replay.run_started_event or {}
+    for key in RUN_STARTED_BOUND:
+        if started.get(key) != _config(run, key):
+            found.add(1, f"run_started says {key} {started.get(key)!r}, run.json {_config(run, key)!r}")
+    dataset = run.get("dataset") if isinstance(run.get("dataset"), Mapping) else {}
+    assert isinstance(dataset, Mapping)
+    logged = started.get("dataset") if isinstance(started.get("dataset"), Mapping) else {}
+    for key in DATASET_BOUND:
+        if logged.get(key) != dataset.get(key):
+            found.add(1, f"run_started says dataset.{key} {logged.get(key)!r}, run.json {dataset.get(key)!r}")
+    preset = presets.get(run.get("preset"))
+    if preset is None:
+        found.add(0, f"preset {run.get('preset')!r} is not one this spec knows ({', '.join(presets.PRESETS)})")
+        return found
+    for problem in presets.dataset_problems(preset, dataset):
+        found.add(0, f"run.json {problem}")
+    _trials(preset, dataset.get("classes"), replay, run_dir, found)
+    return found
+
+
+def _trials(preset: presets.PresetSpec, classes: Any, replay: Replay, run_dir: RunDir, found: Findings) -> None:
+    want_in = preset.input_shape
+    for tr in replay.trials.values():
+        where = f"trials/{tr.trial}"
+        try:
+            arch = run_dir.arch(tr.trial)
+        except RunIOError:
+            continue  # integrity.graphs reports it
+        if arch.input_shape is not None and tuple(arch.input_shape) != want_in:
+            found.add(0, f"{where}/graph.json takes {list(arch.input_shape)} images; preset {preset.name!r} "
+                         f"fixes {list(want_in)}")
+        if arch.output_shape is not None and tuple(arch.output_shape) != (classes,):
+            found.add(0, f"{where}/graph.json outputs {list(arch.output_shape)}; the data set has {classes} classes")
+        try:
+            hp = run_dir.hparams(tr.trial)
+        except RunIOError as exc:
+            found.add(0, str(exc))
+            continue
+        if _canonical(hp) != _canonical(tr.hparams):
+            found.add(0, f"{where}/hparams.json differs from the hyper-parameters its trial_proposed logged")
+        for problem in preset.space.problems(hp):
+            found.add(0, f"{where}/hparams.json: {problem}")
+
+
+def _canonical(d: Mapping[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
