@@ -21,7 +21,7 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 nodes_file=trials/t0007/slurm-2.nodes
-scontrol show hostnames "$SLURM_JOB_NODELIST" > "$nodes_file"
+"${AIPERF_PYTHON:-python3}" -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"
 echo "aiperf: trial t0007 attempt 2: SLURM job $SLURM_JOB_ID on $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"
 
 # One torchrun per node; they meet at a c10d rendezvous on the job's first node.
