@@ -26,7 +26,7 @@ echo "aiperf: trial t0007 attempt 2: SLURM job $SLURM_JOB_ID on $(paste -sd, "$n
 
 # One torchrun per node; they meet at a c10d rendezvous on the job's first node.
 head_node=$(head -n 1 "$nodes_file")
-head_addr=$(scontrol show node "$head_node" -o | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
+head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
 rdzv_port=$((29500 + SLURM_JOB_ID % 10000))
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 --gres=gpu:4 \
     "${AIPERF_PYTHON:-python3}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \

@@ -108,7 +108,8 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         lines += [
             "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
             'head_node=$(head -n 1 "$nodes_file")',
-            "head_addr=$(scontrol show node \"$head_node\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
+            # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
+            "head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
             f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
         ]
         if len(argv) >= 3 and argv[1] == "-m":
