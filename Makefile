@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): requirements.txt requirements-dev.txt runner/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e 'runner[train,slurm]' -r requirements.txt -r requirements-dev.txt
+	$(BIN)/pip install -q -e 'runner[train]' -r requirements.txt -r requirements-dev.txt
 	touch $@
 
 venv install: $(STAMP)

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from aiperf_runner.backends import slurm as mod
 from aiperf_runner.backends.base import LaunchSpec, Slot
 from aiperf_runner.backends.slurm import SlurmBackend, SlurmHandle, count_gpus, parse_sinfo_nodes, parse_squeue
+from aiperf_runner.backends.slurm import backend as mod
 
 
 def test_gres_and_sinfo_parsing() -> None:

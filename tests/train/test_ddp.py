@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.graph import Graph
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.data import DataSpec, build_data
+from aiperf_runner.train.distenv import free_port
 from aiperf_runner.train.precision import setup_precision
 from aiperf_runner.train.trial import CHECKPOINT, CosineSchedule, train_one_epoch
 from torch import nn
@@ -89,18 +89,12 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     os._exit(0)  # as the trial program does: gloo's threads can abort interpreter finalisation
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ddp_two_processes_match_one_process_gradients(tmp_path: Path) -> None:
     single = tmp_path / "single"
     single.mkdir()
     first_step(0, 1, single)
-    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
     one = torch.load(single / "rank0.pt")
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # The two shards together are the single process's batch.

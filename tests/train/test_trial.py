@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from aiperf_runner.spec.eventlog import EventWriter, read_events
+from aiperf_runner.train import distenv as distenv_mod
 from aiperf_runner.train import trial as trial_mod
 from aiperf_runner.train.trial import CHECKPOINT, CosineSchedule, DistEnv, TrialError, detect_dist_env, run_trial
 
@@ -234,8 +235,7 @@ def test_detect_torchrun() -> None:
 
 
 def test_detect_srun(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trial_mod, "_slurm_hostnames", lambda nodelist: ["gpu01", "gpu02"])
-    monkeypatch.setattr(trial_mod, "_slurm_node_addr", lambda node: node)
+    monkeypatch.setattr(distenv_mod, "_slurm_node_addr", lambda node: node)
     env = {"SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[01-02]",
            "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
            "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}
@@ -248,11 +248,20 @@ def test_detect_srun(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (d.master_addr, d.master_port) == ("10.0.0.1", 29500)
 
 
-def test_slurm_hostnames_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_master_without_scontrol(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol
-    assert trial_mod._slurm_hostnames("gpu[07-09,12],cpu3")[0] == "gpu07"
-    assert trial_mod._slurm_hostnames("node5,node6") == ["node5"]
-    assert trial_mod._slurm_node_addr("node5") == "node5"
+    assert distenv_mod._master_node("gpu[07-09,12],cpu3") == "gpu07"
+    assert distenv_mod._master_node("node5,node6") == "node5"
+    assert distenv_mod._slurm_node_addr("node5") == "node5"
+
+
+def test_an_unreadable_slurm_node_list_is_a_trial_error() -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[3-1]", "SLURM_NTASKS": "2",
+           "SLURM_PROCID": "0"}
+    with pytest.raises(TrialError, match="cannot read the SLURM node list"):
+        detect_dist_env(env)
+    with pytest.raises(TrialError, match="names no node"):
+        detect_dist_env(dict(env, SLURM_JOB_NODELIST=","))
 
 
 def test_trial_json_fields(tmp_path: Path) -> None:

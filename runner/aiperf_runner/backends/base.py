@@ -71,14 +71,38 @@ class TrialHandle(abc.ABC):
         return list(self.slot.nodes)
 
 
+def positive_int_option(options: dict[str, Any], name: str) -> int | None:
+    """A backend option that is a whole number of at least 1 (it may come from the command line as
+    a string); None when it is not given. ValueError naming the option otherwise."""
+    value = options.get(name)
+    if value is None or value == "":
+        return None
+    bad = ValueError(f"backend option {name} must be a whole number, not {value!r}")
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise bad
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise bad from None
+    if number < 1:
+        raise ValueError(f"backend option {name} must be at least 1, not {number}")
+    return number
+
+
 class Backend(abc.ABC):
-    """Where trials run. Subclasses take their options as keyword arguments."""
+    """Where trials run. Subclasses take their options as keyword arguments.
+
+    The options every backend shares are read here: `slots` (`requested_slots`, None when not given:
+    the backend's own default) and `devices_per_slot` (default 1), both at least 1.
+    """
 
     name: str = "abstract"
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         self.run_dir = Path(run_dir)
         self.options = options
+        self.requested_slots = positive_int_option(options, "slots")
+        self.devices_per_slot = positive_int_option(options, "devices_per_slot") or 1
 
     @abc.abstractmethod
     def slots(self) -> list[Slot]:

@@ -109,10 +109,8 @@ class InProcessBackend(Backend):
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
-        n = int(options.get("slots") or 1)
-        k = int(options.get("devices_per_slot") or 1)
-        self._slots = [Slot(index=i, nodes=("localhost",), devices_per_node=k, device_type="cpu")
-                       for i in range(n)]
+        self._slots = [Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot, device_type="cpu")
+                       for i in range(self.requested_slots or 1)]
         self._target: Target = options.get("target") or module_target
         self._handles: list[InProcessHandle] = []
 

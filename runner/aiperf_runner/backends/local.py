@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
 
 PID_FILE = "pid"
 CANCEL_GRACE_S = 2.0
@@ -164,10 +164,7 @@ class LocalBackend(Backend):
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
-        self.n_slots = int(options.get("slots") or 1)
-        self.devices_per_slot = int(options.get("devices_per_slot") or 1)
-        if self.n_slots < 1 or self.devices_per_slot < 1:
-            raise ValueError("slots and devices_per_slot must be at least 1")
+        self.n_slots = self.requested_slots or 1
         device_type = options.get("device_type")
         gpus = cuda_device_count() if device_type in (None, "cuda") else 0
         if device_type is None:
@@ -179,8 +176,8 @@ class LocalBackend(Backend):
                 raise ValueError(f"{self.n_slots} slots x {self.devices_per_slot} devices need {need} GPUs; "
                                  f"{gpus} visible")
         self.cores = cpu_count()
-        self.threads = int(options.get("threads_per_process")
-                           or max(1, self.cores // (self.n_slots * self.devices_per_slot)))
+        self.threads = (positive_int_option(options, "threads_per_process")
+                        or max(1, self.cores // (self.n_slots * self.devices_per_slot)))
         self._slots = [
             Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot,
                  device_type=device_type,

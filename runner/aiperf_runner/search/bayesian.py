@@ -1,6 +1,6 @@
 """Bayesian optimisation over architectures: the AIPerf/NNI method, with its defects fixed and fast.
 
-- **Model**: a Gaussian process over the architectures observed so far. Distance d: the edit
+- **Model**: a Gaussian process (gp.py) over the architectures observed so far. Distance d: the edit
   distance of `editdistance.py` (layer sequence of the main chain + skip connections, as NNI's
   `edit_distance`); kernel exp(-d^2)-style on a Bourgain embedding of d (as NNI trains, but used
   for prediction too, so the kernel is one positive semi-definite function). Targets are
@@ -30,6 +30,8 @@ cached incrementally (one vectorised row per newly observed architecture) and ca
 are computed for a whole batch at once with numpy, so a proposal takes well under a second at
 1,000 results on two cores (see bench/search_latency.py).
 
+The search's linear algebra runs on one BLAS thread (blas.py): it shares the cores with training.
+
 Thread safety: `observe` and `register` only append to an inbox under a short lock, `propose`
 holds the search lock and drains the inbox first; the controller may run `propose` in a background
 thread while calling `observe` from its main loop. A proposal depends only on the sequence of
@@ -41,8 +43,6 @@ architecture and `observe(hash, accuracy)` for every result — or use `Architec
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import heapq
 import itertools
 import math
@@ -55,7 +55,10 @@ from typing import Any
 import numpy as np
 
 from aiperf_runner.search import morphism
+from aiperf_runner.search.blas import blas_single_thread
 from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
+from aiperf_runner.search.gp import GaussianProcess
+from aiperf_runner.search.protocols import ArchitectureSearcher
 from aiperf_runner.spec.graph import Graph
 
 BETA = 2.576
@@ -77,203 +80,6 @@ class _Arch:
     parent_hash: str | None
     morphisms: list[str]
     descriptor: Descriptor | None = None
-
-
-class GaussianProcess:
-    """GP regression over architectures given only their pairwise edit distances.
-
-    An edit distance is not Euclidean, and exp(-d^2) of it is far from positive definite (at 1,000
-    random morphism chains of the small seed its kernel matrix has hundreds of negative eigenvalues).
-    As NNI does for training, the distances are first embedded with Bourgain's random-subset
-    embedding (coordinate = distance to the nearest member of a random subset; O(log^2 n)
-    coordinates); unlike NNI, candidates are embedded the same way at prediction time, so training
-    and prediction use one kernel: k = exp(-(|e_a - e_b| / sqrt(K) / l)^2), positive semi-definite
-    by construction. l: the median embedded distance (or fixed). Targets are standardised; noise
-    variance `noise / count` sits on the diagonal (count = observations of that architecture)."""
-
-    def __init__(self, noise: float = 1e-2, length_scale: float | None = None) -> None:
-        self.noise = noise
-        self.fixed_length_scale = length_scale
-        self.length_scale = 1.0
-        self.n = 0
-        self.jitter = 0.0
-        self._sets_n = 0      # number of points the current random subsets were drawn from
-        self._emb = np.zeros((0, 0))
-
-    def _draw_subsets(self, n: int) -> None:
-        rng = np.random.default_rng(n)
-        if n <= 2:
-            sets = [np.array([i]) for i in range(n)]
-        else:
-            levels = max(1, math.ceil(math.log2(n)) - 1)
-            repeats = max(1, math.ceil(math.log(n)))
-            sets = [rng.choice(n, 2 ** i, replace=True) for i in range(levels + 1) for _ in range(repeats)]
-        self._flat = np.concatenate(sets)
-        self._starts = np.cumsum([0] + [len(x) for x in sets[:-1]])
-        self._sets_n = n
-
-    def _embed(self, dist: np.ndarray) -> np.ndarray:
-        return np.minimum.reduceat(dist[:, self._flat], self._starts, axis=1).astype(np.float64)
-
-    def _sq_dist(self, ea: np.ndarray, eb: np.ndarray, eb_norms: np.ndarray | None = None) -> np.ndarray:
-        if eb_norms is None:
-            eb_norms = np.einsum("ij,ij->i", eb, eb)
-        sq = (np.einsum("ij,ij->i", ea, ea)[:, None] + eb_norms[None, :] - 2.0 * ea @ eb.T) / ea.shape[1]
-        return np.clip(sq, 0.0, None)
-
-    def fit(self, dist: np.ndarray, y: np.ndarray, counts: np.ndarray | None = None,
-            incremental: bool = False) -> None:
-        """Fit on the (n, n) distance matrix of the training points and their targets.
-
-        incremental=True: the points of the previous fit are the first rows of `dist`, in the same
-        order (the search only appends). The random subsets of the embedding are then kept until
-        the number of points has grown by a quarter, and only the new points are embedded."""
-        n = len(y)
-        if n == 0:
-            self.n = 0
-            return
-        dist = np.asarray(dist, dtype=np.float32)
-        old = self._emb.shape[0] if incremental and n >= self.n else 0
-        if old == 0 or self._sets_n < 16 or n > 1.25 * self._sets_n:
-            self._draw_subsets(n)
-            self._emb = self._embed(dist)
-        elif n > old:
-            self._emb = np.concatenate([self._emb[:old], self._embed(dist[old:n])])
-        else:
-            self._emb = self._emb[:n]
-        self.n = n
-        self._emb_norms = np.einsum("ij,ij->i", self._emb, self._emb)
-        sq = self._sq_dist(self._emb, self._emb, self._emb_norms)
-        if self.fixed_length_scale:
-            self.length_scale = float(self.fixed_length_scale)
-        else:
-            if n <= 300:
-                upper = sq[np.triu_indices(n, 1)]
-            else:  # the median of 40,000 random pairs
-                rng = np.random.default_rng(n)
-                i = rng.integers(0, n, 40_000)
-                j = rng.integers(0, n, 40_000)
-                upper = sq[i[i != j], j[i != j]]
-            upper = upper[upper > 0]
-            self.length_scale = max(1e-3, float(np.sqrt(np.median(upper)))) if upper.size else 1.0
-        y = np.asarray(y, dtype=np.float64)
-        self.y_mean = float(y.mean())
-        self.y_std = max(float(y.std()), 1e-3)
-        z = (y - self.y_mean) / self.y_std
-        counts = np.ones(n) if counts is None else np.asarray(counts, dtype=np.float64)
-        k = np.exp(-sq / self.length_scale ** 2)
-        k[np.diag_indices(n)] = 1.0 + self.noise / counts
-        jitter = 0.0
-        for _attempt in range(12):
-            try:
-                chol = _cholesky(k if jitter == 0 else k + jitter * np.eye(n))
-                break
-            except np.linalg.LinAlgError:
-                jitter = 1e-8 if jitter == 0 else jitter * 10
-        else:  # pragma: no cover - positive semi-definite plus noise: never reached
-            w, v = np.linalg.eigh(k)
-            chol = _cholesky((v * np.maximum(w, 1e-6)) @ v.T)
-        self.jitter = jitter
-        self._chol = chol
-        self._alpha = _solve_lower(chol, _solve_lower(chol, z), transpose=True)
-
-    def predict(self, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and standard deviation (in target units) at points with the given distances (m, n)
-        to the training architectures."""
-        m = dist.shape[0]
-        if self.n == 0:
-            return np.zeros(m), np.ones(m)
-        emb = self._embed(np.asarray(dist, dtype=np.float32))
-        k = np.exp(-self._sq_dist(emb, self._emb, self._emb_norms) / self.length_scale ** 2)
-        mean = k @ self._alpha
-        v = _solve_lower(self._chol, k.T)
-        var = np.clip(1.0 - np.einsum("ij,ij->j", v, v), 1e-12, None)
-        return self.y_mean + self.y_std * mean, self.y_std * np.sqrt(var)
-
-
-try:  # optional: keep the search to one BLAS thread (it runs beside training on the same cores)
-    from threadpoolctl import threadpool_limits as _threadpool_limits
-except ImportError:  # pragma: no cover - depends on the environment
-    _threadpool_limits = None
-
-_openblas: list[tuple[Any, Any]] | None = None
-
-
-def _openblas_controls() -> list[tuple[Any, Any]]:
-    """(get_num_threads, set_num_threads) of every OpenBLAS loaded in this process (Linux)."""
-    global _openblas
-    if _openblas is None:
-        found = []
-        try:
-            with open("/proc/self/maps", encoding="utf-8") as fh:
-                paths = sorted({line.split()[-1] for line in fh
-                                if "openblas" in line.rsplit("/", 1)[-1].lower() and "/" in line})
-        except OSError:
-            paths = []
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for prefix in ("scipy_openblas", "openblas"):
-                for suffix in ("64_", ""):
-                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                    put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                    if get is not None and put is not None:
-                        found.append((get, put))
-                        break
-                else:
-                    continue
-                break
-        _openblas = found
-    return _openblas
-
-
-@contextlib.contextmanager
-def _blas_single_thread():
-    """Run the search's linear algebra on one BLAS thread.
-
-    The search runs beside training on the same cores; there a multi-threaded OpenBLAS spins for its
-    share of busy cores, and a 50x50 triangular solve took 24 ms instead of 20 us, a 1,000 x 1,000
-    Cholesky 0.6 s instead of 60 ms (2-core machine under load). Uses threadpoolctl when installed,
-    else OpenBLAS's own setter (process-wide while the block runs)."""
-    if _threadpool_limits is not None:
-        with _threadpool_limits(limits=1, user_api="blas"):
-            yield
-        return
-    controls = _openblas_controls()
-    saved = [(put, get()) for get, put in controls]
-    for put, _n in saved:
-        put(1)
-    try:
-        yield
-    finally:
-        for put, n in saved:
-            put(n)
-
-
-try:  # scipy (in the train extra) is several times faster here than numpy's general solvers
-    from scipy.linalg import LinAlgError as _ScipyLinAlgError
-    from scipy.linalg import cholesky as _scipy_cholesky
-    from scipy.linalg import solve_triangular as _solve_triangular
-except ImportError:  # pragma: no cover - exercised only without scipy
-    _scipy_cholesky = None
-
-
-def _cholesky(k: np.ndarray) -> np.ndarray:
-    if _scipy_cholesky is None:  # pragma: no cover
-        return np.linalg.cholesky(k)
-    try:
-        return _scipy_cholesky(k, lower=True, check_finite=False)
-    except _ScipyLinAlgError as exc:
-        raise np.linalg.LinAlgError(str(exc)) from exc
-
-
-def _solve_lower(chol: np.ndarray, b: np.ndarray, transpose: bool = False) -> np.ndarray:
-    """chol^-1 b (or chol^-T b)."""
-    if _scipy_cholesky is None:  # pragma: no cover
-        return np.linalg.solve(chol.T if transpose else chol, b)
-    return _solve_triangular(chol, b, lower=True, trans=1 if transpose else 0, check_finite=False)
 
 
 class ArchitectureSearch:
@@ -424,7 +230,7 @@ class ArchitectureSearch:
 
     def predict(self, graphs: Sequence[Graph]) -> tuple[np.ndarray, np.ndarray]:
         """GP mean and standard deviation of accuracy for the given graphs (diagnostics, tests)."""
-        with self._search_lock, _blas_single_thread():
+        with self._search_lock, blas_single_thread():
             self._drain()
             self._refit()
             if not self._obs_hashes:
@@ -464,7 +270,7 @@ class ArchitectureSearch:
 
     def propose(self) -> Proposal | None:
         """The next architecture to train; None when no new architecture can be found."""
-        with self._search_lock, _blas_single_thread():
+        with self._search_lock, blas_single_thread():
             self._drain()
             if self.seed_hash not in self._archs and self.seed_hash not in self._known:
                 return self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None)
@@ -547,5 +353,8 @@ class ArchitectureSearch:
                 return self._accept(h, graph, root, ops, details, acq)
         return None
 
+
+# Checked by mypy: the search is what the controller drives (search/protocols.py).
+_PROTOCOL_CHECK: type[ArchitectureSearcher] = ArchitectureSearch
 
 __all__ = ["BETA", "ArchitectureSearch", "GaussianProcess", "Proposal"]

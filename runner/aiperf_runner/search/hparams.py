@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiperf_runner.search.protocols import HparamOptimiser
+
 KERNEL_SIZE = 3
 SOURCES = ("seed", "inherited", "tpe")
 
@@ -225,5 +227,8 @@ def _clean(hp: Mapping[str, Any]) -> dict[str, Any]:
             out[k] = float(out[k])
     return out
 
+
+# Checked by mypy: the optimiser is what the controller drives (search/protocols.py).
+_PROTOCOL_CHECK: type[HparamOptimiser] = HparamSearch
 
 __all__ = ["KERNEL_SIZE", "SOURCES", "SPACES", "HparamSearch", "Space", "defaults"]

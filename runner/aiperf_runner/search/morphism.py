@@ -264,13 +264,13 @@ def skip(graph: Graph, start: int | None = None, end: int | None = None,
 
     With start/end None a random valid pair is drawn (a random ReLU that has a reachable BN, then a
     random reachable BN whose spatial size a strided 1x1 conv can produce)."""
-    rng = rng or random
+    draw = rng or random  # without a generator, the random module (seeded by random.seed)
     consumers = _consumers(graph)
     relus = _relu_nodes(graph, consumers)
     bns = set(_bn_nodes(graph))
     if start is None:
         order = list(relus)
-        rng.shuffle(order)
+        draw.shuffle(order)
         for s in order:
             ends = [e for e in sorted(_descendants(graph, s, consumers) & bns)
                     if _is_image(graph, e) and _skip_stride(graph.nodes[s], graph.nodes[e])]
@@ -278,7 +278,7 @@ def skip(graph: Graph, start: int | None = None, end: int | None = None,
                 ends = [e for e in ends if e == end]
             if ends:
                 start = s
-                end = rng.choice(ends)
+                end = draw.choice(ends)
                 break
         else:
             raise MorphismError("skip: no ReLU with a later batch norm to connect")
@@ -289,7 +289,7 @@ def skip(graph: Graph, start: int | None = None, end: int | None = None,
                 if _skip_stride(graph.nodes[start], graph.nodes[e])]
         if not ends:
             raise MorphismError(f"skip: no batch norm after node {start}")
-        end = rng.choice(ends)
+        end = draw.choice(ends)
     if end not in bns:
         raise MorphismError(f"skip: node {end} is not the output of a batch norm")
     if end not in _descendants(graph, start, consumers):

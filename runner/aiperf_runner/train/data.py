@@ -23,14 +23,14 @@ import functools
 import hashlib
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
 
 DATASETS = ("smoke", "cifar", "imagenet")
 
@@ -202,6 +202,14 @@ class ExactShardSampler(Sampler[int]):
         return len(range(self.rank, self.n, self.world_size))
 
 
+class Indices(Protocol):
+    """What a TensorLoader draws its batches from: a sampler or a sequence of image indices."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[int]: ...
+
+
 class TensorLoader:
     """Batches of an in-memory (uint8 images, labels) pair in the order of a sampler.
 
@@ -210,7 +218,7 @@ class TensorLoader:
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int,
-                 sampler: Sampler[int] | Sequence[int], device: torch.device | None = None,
+                 sampler: Indices, device: torch.device | None = None,
                  drop_singleton: bool = False) -> None:
         if device is not None and device.type != "cpu":
             images, labels = images.to(device), labels.to(device)
@@ -362,8 +370,9 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     if spec.name == "smoke":
         train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
         val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
-        train_sampler = DistributedSampler(range(len(train_y)), num_replicas=world_size, rank=rank,
-                                           shuffle=True, seed=shuffle_seed)
+        # The sampler only needs the number of images: the labels stand for the dataset.
+        train_sampler: DistributedSampler[int] = DistributedSampler(
+            TensorDataset(train_y), num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
         train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True)
         val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
         return TrialData(train, val, len(train_y), len(val_y), normalizer)
@@ -387,6 +396,7 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
                               "persistent_workers": workers > 0}
     train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
-    train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)
-    val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
-    return TrialData(train, val, len(train_set), len(val_set), normalizer)
+    return TrialData(
+        FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True),
+        FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common)),
+        len(train_set), len(val_set), normalizer)

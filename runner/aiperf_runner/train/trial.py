@@ -3,7 +3,7 @@
     python -m aiperf_runner.train.trial TRIAL_DIR --attempt N [--nproc K]
 
 TRIAL_DIR holds `graph.json`, `hparams.json` and `trial.json` (docs/internals.md, "Trial
-program"). Processes: one per device. Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+program"; read by config.py). Processes: one per device (distenv.py finds the group). Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) or `srun` (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master is the first node
 of the step) the program joins that process group; otherwise, with `--nproc K > 1`, it spawns K
 local processes itself. gloo on CPU, NCCL on CUDA.
@@ -24,16 +24,13 @@ summed on the device and read once per epoch.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
-import socket
-import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +40,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
-from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.replay import Replay
 
 from .builder import build_module
-from .data import DataSpec, Normalizer, TrialData, build_data
+from .config import TrialConfig, TrialError
+from .data import Normalizer, TrialData, build_data
+from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
 from .precision import Precision, setup_precision
 
 CHECKPOINT = "checkpoint.pt"
@@ -57,170 +55,7 @@ SPAWN_GRACE_S = 15.0  # after one spawned rank fails, how long the others get to
 MOMENTUM = 0.9
 
 
-class TrialError(RuntimeError):
-    """A trial that cannot run as configured (bad files, inconsistent resume state)."""
-
-
-# ---- configuration ------------------------------------------------------------------------------
-
-@dataclass
-class TrialConfig:
-    trial: str
-    graph: Graph
-    data: DataSpec
-    epoch_budget: int
-    precision: str
-    seed: int
-    device_type: str
-    patience: int | None  # early stopping on validation loss; None = off
-    batch_size: int  # per device
-    lr: float
-    weight_decay: float
-    label_smoothing: float
-    dropout: float
-    channels_last: bool | None = None  # None: on for CUDA
-    hparams: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, trial_dir: Path) -> TrialConfig:
-        def read(name: str) -> dict[str, Any]:
-            path = trial_dir / name
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    return json.load(fh)
-            except FileNotFoundError:
-                raise TrialError(f"{path} is missing") from None
-            except ValueError as exc:
-                raise TrialError(f"{path} is not valid JSON: {exc}") from None
-
-        trial, hp, graph_json = read("trial.json"), read("hparams.json"), read("graph.json")
-        graph = Graph.from_json(graph_json)
-        graph.validate()
-        data = DataSpec.from_trial(trial)
-        want = (3, data.image_size, data.image_size)
-        if tuple(graph.input_shape) != want:
-            raise TrialError(f"graph input shape {list(graph.input_shape)} does not match the dataset's "
-                             f"images {list(want)}")
-        patience = trial.get("early_stopping_patience")
-        cfg = cls(
-            trial=str(trial.get("trial") or trial_dir.name),
-            graph=graph,
-            data=data,
-            epoch_budget=int(trial["epoch_budget"]),
-            precision=str(trial.get("precision", "fp32")),
-            seed=int(trial.get("seed", 0)),
-            device_type=str(trial.get("device_type", "cpu")),
-            patience=int(patience) if patience else None,
-            batch_size=int(hp.get("batch_size", 32)),
-            lr=float(hp.get("lr", 0.1)),
-            weight_decay=float(hp.get("weight_decay", 5e-4)),
-            label_smoothing=float(hp.get("label_smoothing", 0.0)),
-            dropout=float(hp.get("dropout", 0.0)),
-            channels_last=trial.get("channels_last"),
-            hparams=hp,
-        )
-        if cfg.epoch_budget < 0 or cfg.batch_size < 1 or cfg.lr <= 0:
-            raise TrialError(f"bad trial settings: epoch_budget={cfg.epoch_budget} batch_size={cfg.batch_size} lr={cfg.lr}")
-        if cfg.device_type not in ("cpu", "cuda"):
-            raise TrialError(f"device_type must be 'cpu' or 'cuda', not {cfg.device_type!r}")
-        return cfg
-
-
 # ---- processes ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits in the trial's process group."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int = 0
-    source: str = "single"  # single / torchrun / slurm / spawn
-
-
-def _slurm_hostnames(nodelist: str) -> list[str]:
-    """Expand a SLURM node list ('n[1-3],gpu7') with `scontrol show hostnames`, or by hand."""
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=30, check=True).stdout.split()
-        if out:
-            return out
-    except (OSError, subprocess.SubprocessError):
-        pass
-    # Fallback for the simple forms: 'host', 'prefix[1-3,5]', 'a,b'. Only the first is needed.
-    first = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
-    if "[" in first:
-        prefix, rest = first.split("[", 1)
-        start = rest.rstrip("]").split(",")[0].split("-")[0]
-        return [prefix + start]
-    return [first]
-
-
-def _slurm_node_addr(node: str) -> str:
-    """The address SLURM reaches `node` at (NodeAddr), which may differ from its name."""
-    try:
-        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return node
-    for word in out.split():
-        if word.startswith("NodeAddr=") and len(word) > len("NodeAddr="):
-            return word[len("NodeAddr="):]
-    return node
-
-
-def _slurm_port(env: dict[str, str]) -> int:
-    job = int(env.get("SLURM_JOB_ID", "0") or 0)
-    step = int(env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "0")) or 0)
-    return 20000 + (job * 31 + step) % 20000
-
-
-def detect_dist_env(env: dict[str, str] | None = None) -> DistEnv | None:
-    """The process group this process was launched into, or None when launched alone."""
-    env = dict(os.environ if env is None else env)
-    under_slurm = "SLURM_JOB_NODELIST" in env or "SLURM_NODELIST" in env
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
-
-    def master_addr() -> str:
-        if env.get("MASTER_ADDR"):
-            return env["MASTER_ADDR"]
-        if under_slurm and nodelist:
-            return _slurm_node_addr(_slurm_hostnames(nodelist)[0])
-        return "127.0.0.1"
-
-    def master_port() -> int:
-        if env.get("MASTER_PORT"):
-            return int(env["MASTER_PORT"])
-        if under_slurm:
-            return _slurm_port(env)
-        raise TrialError("WORLD_SIZE is set but MASTER_PORT is not")
-
-    if "WORLD_SIZE" in env:  # torchrun, or any launcher that sets the torch variables
-        world = int(env["WORLD_SIZE"])
-        rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
-        local_rank = int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", rank)))
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
-        return DistEnv(rank, world, local_rank, local_world, master_addr(), master_port(), "torchrun")
-    ntasks = int(env.get("SLURM_NTASKS", env.get("SLURM_NPROCS", "1")) or 1)
-    in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env  # srun, not the batch script itself
-    if ntasks > 1 and "SLURM_PROCID" in env and in_step:
-        rank = int(env["SLURM_PROCID"])
-        local_rank = int(env.get("SLURM_LOCALID", "0"))
-        nodes = int(env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES", "1")) or 1)
-        per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
-        local_world = int(per_node.split("(")[0].split(",")[0]) if per_node[:1].isdigit() else -(-ntasks // nodes)
-        return DistEnv(rank, ntasks, local_rank, local_world, master_addr(), master_port(), "slurm")
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _device_for(cfg: TrialConfig, denv: DistEnv) -> torch.device:
     if cfg.device_type == "cuda":
@@ -382,14 +217,6 @@ def _logged_state(events_path: Path, trial: str) -> tuple[int, bool]:
 
 # ---- one process --------------------------------------------------------------------------------
 
-def cpu_budget() -> int:
-    """CPUs this trial may use on this node: its affinity, capped by what SLURM allocated the job
-    here (SLURM_CPUS_ON_NODE; without task binding a job on a shared node sees every CPU)."""
-    cpus = len(os.sched_getaffinity(0))
-    allocated = os.environ.get("SLURM_CPUS_ON_NODE", "")
-    return min(cpus, int(allocated)) if allocated.isdigit() and int(allocated) > 0 else cpus
-
-
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -488,7 +315,8 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
 
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = build_module(cfg.graph, num_classes=cfg.data.num_classes, dropout=cfg.dropout)
-    model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    model.to(device)
+    model.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=MOMENTUM, weight_decay=cfg.weight_decay)
     scaler = precision.make_scaler()
     schedule = CosineSchedule(optimizer, cfg.lr, cfg.epoch_budget)
@@ -614,7 +442,7 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
     events = trial_dir / EVENTS
     before = sum(1 for _ in iter_events(events, allow_partial_tail=True)) if events.exists() else 0
     try:
-        context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, _free_port()),
+        context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, free_port()),
                                      nprocs=nproc, join=False, start_method="spawn")
         _join_spawned(context, SPAWN_GRACE_S)
         return 0

@@ -1,31 +1,9 @@
-"""The `slurm` backend: every attempt of every trial is its own SLURM batch job (sbatch).
+"""The slurm backend and its handles: one SLURM batch job per attempt, polled through squeue.
 
-Why jobs and not steps inside one allocation: a trial that fails, times out or is cancelled takes
-only its own job with it and is retried as a new job; the scheduler places and orders the trials
-like any other work on the cluster (fair share, backfill, preemption); the controller needs no
-allocation of its own, so it runs on a login node as well as inside a job; and when a node fails,
-only the trial on it fails. Steps would tie every trial to one allocation that lives and dies as a
-whole and holds every node for the whole run.
-
-For every attempt the backend writes `trials/<id>/slurm-<attempt>.sh` (see `render_batch_script`)
-and submits it with `sbatch --parsable` from the run directory, which must be on a filesystem
-every node sees. The script, the job's output and the files the job leaves in `trials/<id>/`:
-
-    slurm-<N>.sh       the batch script (paths relative to the run directory; no host or user names)
-    slurm-<N>.jobid    the job id, written at submission (used by `reap_orphan` after a crash)
-    slurm-<N>.nodes    the job's nodes, one per line, written when it starts
-    slurm-<N>.exit     the exit status of the trial program, written by the script's EXIT trap
-    stdout.log, stderr.log   appended to (--open-mode=append), one banner line per attempt
-
-One node per slot: the script runs the trial program itself (`--nproc K` processes, one per
-device). Several nodes per slot: `srun` starts one `torchrun` per node, which meet through a c10d
-rendezvous on the first node of the job (its NodeAddr), and the trial joins that process group.
-
-Options (keyword arguments, from `aiperf-runner run --backend slurm ...`): `partition`, `account`,
-`nodes_per_slot` (1), `gpus_per_node` (0: CPU), `time_limit` (sbatch --time), `slots` (cap on the
-number of slots; default: every usable node of the partition), `devices_per_slot` (CPU processes
-per slot when `gpus_per_node` is 0), `exclusive` (True: one trial per node; False: jobs share
-nodes and `slots` says how many run at once), `start_wait_s`, `probe`, `extra_sbatch_args`.
+`SlurmBackend` finds the slots in the partition (sinfo), submits each attempt's batch script
+(script.py) with sbatch, answers every handle's poll from one squeue call, and cancels what is left
+at shutdown or after a killed controller. `SlurmHandle.poll` decides how an attempt ended: the exit
+file the script's EXIT trap writes first, SLURM's state (commands.py) for why it ended without one.
 """
 
 from __future__ import annotations
@@ -35,244 +13,31 @@ import hashlib
 import json
 import os
 import re
-import shlex
-import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.hostlist import HostlistError, expand_hostlist
+
+from .commands import (
+    ACTIVE_STATES,
+    FAILURE_REASONS,
+    SlurmError,
+    describe_state,
+    parse_sinfo_nodes,
+    parse_squeue,
+    run_slurm,
+    scancel,
+    slurm_env,
+)
+from .script import job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
-RDZV_PORT_BASE = 29500
 CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
 QUERY_TTL_S = 1.0  # one squeue call answers the polls of every attempt for this long
 EXIT_FILE_GRACE_S = 30.0  # a shared filesystem may show the exit file a little after the job ends
-COMMAND_TIMEOUT_S = 60.0
-
-# squeue/scontrol states of a job that still holds or waits for nodes.
-ACTIVE_STATES = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
-    "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
-})
-# Final states that say why a job ended without (or regardless of) its own exit status.
-FAILURE_REASONS = {
-    "CANCELLED": "job cancelled (scancel or an administrator)",
-    "TIMEOUT": "job reached its time limit",
-    "NODE_FAIL": "node failure",
-    "PREEMPTED": "job preempted",
-    "BOOT_FAIL": "node failed to boot",
-    "DEADLINE": "job reached its deadline",
-    "OUT_OF_MEMORY": "job ran out of memory",
-    "REVOKED": "job revoked",
-}
-USABLE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
-
-
-class SlurmError(OSError):
-    """A SLURM command failed (sbatch refused the job, the controller daemon is unreachable...)."""
-
-
-# ---- running SLURM commands -------------------------------------------------------------------------
-
-
-def slurm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for SLURM commands and jobs: the controller's, without the variables of an
-    allocation it may itself run in (so a job submitted from inside a job is a job of its own)."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("SLURM_") and k not in ("SLURM_CONF", "SLURM_TIME_FORMAT"))}
-    env.update(extra or {})
-    return env
-
-
-def run_slurm(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-              timeout: float = COMMAND_TIMEOUT_S, tries: int = 1) -> str:
-    """Run a SLURM client command and return its stdout; SlurmError with its stderr on failure."""
-    last = ""
-    for attempt in range(tries):
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  env=env or slurm_env(), cwd=cwd, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise SlurmError(f"{argv[0]} not found: is this a SLURM login node (slurm client installed)?") from None
-        except subprocess.TimeoutExpired:
-            last = f"{' '.join(argv[:2])} timed out after {timeout:.0f} s"
-        else:
-            if proc.returncode == 0:
-                return proc.stdout
-            last = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
-        if attempt + 1 < tries:
-            time.sleep(min(2.0 * (attempt + 1), 5.0))
-    raise SlurmError(f"{argv[0]}: {last}")
-
-
-def scancel(job_ids: Iterable[str]) -> None:
-    """scancel these jobs, ignoring errors (it also fails when one of them is already over)."""
-    ids = sorted(set(job_ids), key=int)
-    if ids:
-        with contextlib.suppress(SlurmError):
-            run_slurm(["scancel", *ids])
-
-
-def expand_hostlist(nodelist: str) -> list[str]:
-    """'n[1-3],gpu7' -> ['n1', 'n2', 'n3', 'gpu7'] through `scontrol show hostnames`."""
-    if not nodelist or nodelist in ("(null)", "None"):
-        return []
-    if not any(c in nodelist for c in "[,"):
-        return [nodelist]
-    return run_slurm(["scontrol", "show", "hostnames", nodelist]).split()
-
-
-def count_gpus(gres: str) -> int:
-    """GPUs in a sinfo GRES string: 'gpu:4', 'gpu:a100:4(S:0-1),nic:1' -> 4; '(null)' -> 0."""
-    total = 0
-    for item in re.split(r",(?![^()]*\))", gres or ""):
-        m = re.match(r"gpu(?::[^:()]+)?:(\d+)", item.strip())
-        if m:
-            total += int(m.group(1))
-    return total
-
-
-def parse_sinfo_nodes(text: str) -> list[dict[str, Any]]:
-    """Lines of `sinfo -h -N -o '%N|%T|%c|%m|%G'` -> one dict per node (first line of each name)."""
-    nodes: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) < 5 or parts[0] in nodes:
-            continue
-        name, state, cpus, mem, gres = parts[:5]
-        base = re.sub(r"[*~#!%$@^+-]+$", "", state.lower())
-        nodes[name] = {
-            "name": name, "state": state.lower(),
-            "usable": base in USABLE_NODE_STATES and not state.endswith("*"),
-            "cpus": int(cpus) if cpus.isdigit() else 0,
-            "memory_mb": int(mem) if mem.isdigit() else 0,
-            "gres": gres if gres != "(null)" else "",
-            "gpus": count_gpus(gres),
-        }
-    return list(nodes.values())
-
-
-def parse_squeue(text: str) -> dict[str, dict[str, str]]:
-    """Lines of `squeue -h -o '%i|%T|%r|%N|%j'` -> {job id: {state, reason, nodes, name}}."""
-    out: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) >= 4 and parts[0]:
-            out[parts[0]] = {"state": parts[1].split()[0] if parts[1] else "", "reason": parts[2],
-                             "nodes": parts[3], "name": parts[4] if len(parts) > 4 else ""}
-    return out
-
-
-def describe_state(state: str, reason: str = "") -> str:
-    """A short reason for a job that ended in `state`."""
-    text = FAILURE_REASONS.get(state) or (f"job {state.lower()}" if state else "job ended")
-    if reason and reason not in ("None", "(null)") and reason.lower() not in text.lower():
-        text = f"{text} ({reason})"
-    return text
-
-
-# ---- the batch script -------------------------------------------------------------------------------
-
-
-def _drop_option(args: list[str], option: str) -> list[str]:
-    """args without `option VALUE` / `option=VALUE`."""
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            out.append(arg)
-    return out
-
-
-def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: list[str], stdout: str, stderr: str,
-                        files_prefix: str, nodes: int = 1, devices_per_node: int = 1, gpus_per_node: int = 0,
-                        partition: str | None = None, account: str | None = None, time_limit: str | None = None,
-                        exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
-                        python: str = sys.executable) -> str:
-    """The batch script of one attempt. Paths are as given (the backend passes them relative to the
-    run directory, the job's working directory); `argv[0] == python` is written as "$AIPERF_PYTHON"
-    (set in the job's environment by the backend; `python3` when the script is submitted by hand),
-    so that no absolute path lands in the run."""
-    q = shlex.quote
-    py = '"${AIPERF_PYTHON:-python3}"'
-    words = [py if i == 0 and a == python else q(a) for i, a in enumerate(argv)]
-    lines = [
-        "#!/bin/bash",
-        f"# AIPerf trial {trial_id}, attempt {attempt}: written by aiperf-runner's slurm backend and",
-        "# submitted from the run directory with `sbatch --parsable --export=ALL --chdir=<run directory>`.",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --output={stdout}",
-        f"#SBATCH --error={stderr}",
-        "#SBATCH --open-mode=append",
-        f"#SBATCH --nodes={nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --no-requeue",
-    ]
-    if exclusive:
-        lines.append("#SBATCH --exclusive")
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    if account:
-        lines.append(f"#SBATCH --account={account}")
-    if gpus_per_node > 0:
-        lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
-    if time_limit:
-        lines.append(f"#SBATCH --time={time_limit}")
-    lines += [f"#SBATCH {arg}" for arg in extra_sbatch_args]
-    lines += [
-        "",
-        "# The exit status of the trial program, for the controller (also when the job is cancelled).",
-        f"exit_file={q(files_prefix + '.exit')}",
-        'trap \'rc=$?; printf "%s\\n" "$rc" > "$exit_file.tmp" && mv -f "$exit_file.tmp" "$exit_file"\' EXIT',
-        "trap 'exit 143' TERM",
-        "trap 'exit 130' INT",
-        "",
-        f"nodes_file={q(files_prefix + '.nodes')}",
-        'scontrol show hostnames "$SLURM_JOB_NODELIST" > "$nodes_file"',
-        f'echo "aiperf: trial {trial_id} attempt {attempt}: SLURM job $SLURM_JOB_ID on'
-        ' $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"',
-        "",
-    ]
-    if nodes == 1:
-        lines.append(" ".join(words))
-    else:
-        srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
-                "--kill-on-bad-exit=1"]
-        if gpus_per_node > 0:
-            srun.append(f"--gres=gpu:{gpus_per_node}")
-        lines += [
-            "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
-            'head_node=$(head -n 1 "$nodes_file")',
-            "head_addr=$(scontrol show node \"$head_node\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
-            f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
-        ]
-        if len(argv) >= 3 and argv[1] == "-m":
-            # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
-            # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
-            program = [q(a) for a in _drop_option(argv[1:], "--nproc")]
-            lines.append(" \\\n    ".join([
-                " ".join(srun),
-                f'{py} -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node={devices_per_node}',
-                '--rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
-                " ".join(program),
-            ]))
-        else:  # not a `python -m` program: srun starts every rank itself (SLURM_PROCID...)
-            lines.append(" \\\n    ".join([
-                " ".join(srun).replace("--ntasks-per-node=1", f"--ntasks-per-node={devices_per_node}"),
-                'env MASTER_ADDR="${head_addr:-$head_node}" MASTER_PORT="$rdzv_port"',
-                " ".join(words),
-            ]))
-    return "\n".join(lines) + "\n"
-
-
-# ---- handles ------------------------------------------------------------------------------------------
 
 
 class SlurmHandle(TrialHandle):
@@ -308,7 +73,7 @@ class SlurmHandle(TrialHandle):
                 if info and info["state"] not in ("PENDING", "") and info["nodes"]:
                     try:
                         found = expand_hostlist(info["nodes"])
-                    except SlurmError:
+                    except HostlistError:
                         found = []
             if found:
                 self._nodes = found
@@ -340,24 +105,24 @@ class SlurmHandle(TrialHandle):
         if rc == 0:
             return self._done(0)
         info = self.backend.job_info(self.job_id)
-        state = info["state"] if info else ""
+        state, reason = (info["state"], info["reason"]) if info else ("", "")
         if rc is not None:
             # The trial program failed. Why, SLURM knows once the job has ended (a job cancelled or
             # timed out is COMPLETING while its processes are killed): wait for that, for a while.
             if state in ACTIVE_STATES and not self._waited_too_long():
                 return None
-            return self._done(rc, describe_state(state, info["reason"]) if state in FAILURE_REASONS else "")
+            return self._done(rc, describe_state(state, reason) if state in FAILURE_REASONS else "")
         if info is None or state in ACTIVE_STATES:  # running, or squeue did not answer: keep waiting
             return None
         if state in FAILURE_REASONS:
             status = CANCELLED_STATUS if state == "CANCELLED" else 1
-            return self._done(status, describe_state(state, info["reason"]))
+            return self._done(status, describe_state(state, reason))
         # COMPLETED, FAILED or unknown to squeue: the exit file says how it went; give a shared
         # filesystem a moment to show it.
         if not self._waited_too_long():
             return None
-        final = self.backend.final_state(self.job_id, self.spec.trial_id) if state in ("", "UNKNOWN") else info
-        final_state = (final or {}).get("state", "")
+        final = (self.backend.final_state(self.job_id, self.spec.trial_id) if state in ("", "UNKNOWN") else info) or {}
+        final_state = final.get("state", "")
         if final_state == "COMPLETED":
             return self._done(0)
         if final_state in FAILURE_REASONS:
@@ -405,24 +170,23 @@ class SlurmBackend(Backend):
                          gpus_per_node=gpus_per_node, time_limit=time_limit, slots=slots, **options)
         self.partition = partition or None
         self.account = account or None
-        self.nodes_per_slot = int(nodes_per_slot or 1)
+        self.nodes_per_slot = positive_int_option(self.options, "nodes_per_slot") or 1
         self.gpus_per_node = int(gpus_per_node or 0)
         self.time_limit = str(time_limit) if time_limit else None
-        self.max_slots = int(slots) if slots else None
+        self.max_slots = self.requested_slots
         self.exclusive = bool(options.get("exclusive", True))
         if self.gpus_per_node > 0:
             self.devices_per_node = self.gpus_per_node
         else:
-            per_slot = int(options.get("devices_per_slot") or 1)
-            self.devices_per_node = max(1, per_slot // self.nodes_per_slot)
+            self.devices_per_node = max(1, self.devices_per_slot // self.nodes_per_slot)
         self.start_wait_s = float(options.get("start_wait_s", 10.0))
         self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
         self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
         self.probe = bool(options.get("probe", True))
         extra = options.get("extra_sbatch_args") or ()
         self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
-        if self.nodes_per_slot < 1 or self.gpus_per_node < 0:
-            raise ValueError("nodes_per_slot must be at least 1 and gpus_per_node 0 or more")
+        if self.gpus_per_node < 0:
+            raise ValueError("gpus_per_node must be 0 or more")
         self._nodes: list[dict[str, Any]] | None = None
         self._partition_name: str | None = None
         self._slots: list[Slot] | None = None
@@ -492,29 +256,13 @@ class SlurmBackend(Backend):
     def job_name(self, trial_id: str) -> str:
         return f"{JOB_PREFIX}.{self.tag}.{trial_id}"
 
-    def _rel(self, path: Path | str) -> str:
-        """A path as the job sees it from the run directory: relative when inside it."""
-        path = Path(os.path.abspath(path))
-        for root in (Path(os.path.abspath(self.run_dir)), self.run_dir.resolve()):
-            for candidate in (path, path.resolve()):
-                if candidate == root or root in candidate.parents:
-                    return str(candidate.relative_to(root)) if candidate != root else "."
-        return str(path)
-
-    def _argv_for_job(self, argv: tuple[str, ...]) -> list[str]:
-        """argv with absolute paths inside the run directory made relative (the job runs there)."""
-        out = []
-        for arg in argv:
-            rel = self._rel(arg) if os.path.isabs(arg) else arg
-            out.append(arg if os.path.isabs(rel) else rel)
-        return out
-
     def batch_script(self, spec: LaunchSpec, slot: Slot) -> str:
         prefix = spec.trial_dir / f"slurm-{spec.attempt}"
         return render_batch_script(
             job_name=self.job_name(spec.trial_id), trial_id=spec.trial_id, attempt=spec.attempt,
-            argv=self._argv_for_job(spec.argv), stdout=self._rel(spec.stdout), stderr=self._rel(spec.stderr),
-            files_prefix=self._rel(prefix), nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
+            argv=job_argv(spec.argv, self.run_dir), stdout=job_path(spec.stdout, self.run_dir),
+            stderr=job_path(spec.stderr, self.run_dir), files_prefix=job_path(prefix, self.run_dir),
+            nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
             gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
             time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args)
 
@@ -532,7 +280,7 @@ class SlurmBackend(Backend):
         run_dir = Path(os.path.abspath(self.run_dir))
         # sbatch runs in the run directory: the script's path relative to it (a relative --out
         # would otherwise name the script twice over).
-        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", self._rel(script)],
+        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", job_path(script, self.run_dir)],
                         env=env, cwd=run_dir, tries=3)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():

@@ -1,0 +1,131 @@
+"""The batch script of one attempt of one trial (what `sbatch` runs), as text.
+
+Paths in it are relative to the run directory (the job's working directory) and the Python is
+`$AIPERF_PYTHON`, so that the script names nothing of the machine it was written on (the run
+directory is published). The job's nodes are written with `python -m aiperf_runner.hostlist`, not
+`scontrol show hostnames`, which containers on compute nodes often lack.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+RDZV_PORT_BASE = 29500
+
+
+def job_path(path: Path | str, run_dir: Path) -> str:
+    """A path as the job sees it from the run directory: relative when inside it."""
+    path = Path(os.path.abspath(path))
+    for root in (Path(os.path.abspath(run_dir)), run_dir.resolve()):
+        for candidate in (path, path.resolve()):
+            if candidate == root or root in candidate.parents:
+                return str(candidate.relative_to(root)) if candidate != root else "."
+    return str(path)
+
+
+def job_argv(argv: tuple[str, ...] | list[str], run_dir: Path) -> list[str]:
+    """argv with absolute paths inside the run directory made relative (the job runs there)."""
+    out = []
+    for arg in argv:
+        rel = job_path(arg, run_dir) if os.path.isabs(arg) else arg
+        out.append(arg if os.path.isabs(rel) else rel)
+    return out
+
+
+def _drop_option(args: list[str], option: str) -> list[str]:
+    """args without `option VALUE` / `option=VALUE`."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
+
+
+def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: list[str], stdout: str, stderr: str,
+                        files_prefix: str, nodes: int = 1, devices_per_node: int = 1, gpus_per_node: int = 0,
+                        partition: str | None = None, account: str | None = None, time_limit: str | None = None,
+                        exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
+                        python: str = sys.executable) -> str:
+    """The batch script of one attempt. Paths are as given (the backend passes them relative to the
+    run directory, the job's working directory); `argv[0] == python` is written as "$AIPERF_PYTHON"
+    (set in the job's environment by the backend; `python3` when the script is submitted by hand),
+    so that no absolute path lands in the run."""
+    q = shlex.quote
+    py = '"${AIPERF_PYTHON:-python3}"'
+    words = [py if i == 0 and a == python else q(a) for i, a in enumerate(argv)]
+    lines = [
+        "#!/bin/bash",
+        f"# AIPerf trial {trial_id}, attempt {attempt}: written by aiperf-runner's slurm backend and",
+        "# submitted from the run directory with `sbatch --parsable --export=ALL --chdir=<run directory>`.",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --output={stdout}",
+        f"#SBATCH --error={stderr}",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --no-requeue",
+    ]
+    if exclusive:
+        lines.append("#SBATCH --exclusive")
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
+    if gpus_per_node > 0:
+        lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={time_limit}")
+    lines += [f"#SBATCH {arg}" for arg in extra_sbatch_args]
+    lines += [
+        "",
+        "# The exit status of the trial program, for the controller (also when the job is cancelled).",
+        f"exit_file={q(files_prefix + '.exit')}",
+        'trap \'rc=$?; printf "%s\\n" "$rc" > "$exit_file.tmp" && mv -f "$exit_file.tmp" "$exit_file"\' EXIT',
+        "trap 'exit 143' TERM",
+        "trap 'exit 130' INT",
+        "",
+        f"nodes_file={q(files_prefix + '.nodes')}",
+        f'{py} -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"',
+        f'echo "aiperf: trial {trial_id} attempt {attempt}: SLURM job $SLURM_JOB_ID on'
+        ' $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"',
+        "",
+    ]
+    if nodes == 1:
+        lines.append(" ".join(words))
+    else:
+        srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
+                "--kill-on-bad-exit=1"]
+        if gpus_per_node > 0:
+            srun.append(f"--gres=gpu:{gpus_per_node}")
+        lines += [
+            "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
+            'head_node=$(head -n 1 "$nodes_file")',
+            # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
+            "head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
+            f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
+        ]
+        if len(argv) >= 3 and argv[1] == "-m":
+            # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
+            # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
+            program = [q(a) for a in _drop_option(argv[1:], "--nproc")]
+            lines.append(" \\\n    ".join([
+                " ".join(srun),
+                f'{py} -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node={devices_per_node}',
+                '--rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
+                " ".join(program),
+            ]))
+        else:  # not a `python -m` program: srun starts every rank itself (SLURM_PROCID...)
+            lines.append(" \\\n    ".join([
+                " ".join(srun).replace("--ntasks-per-node=1", f"--ntasks-per-node={devices_per_node}"),
+                'env MASTER_ADDR="${head_addr:-$head_node}" MASTER_PORT="$rdzv_port"',
+                " ".join(words),
+            ]))
+    return "\n".join(lines) + "\n"
