@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -142,7 +143,7 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
             time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
             pause = min(pause * 1.5, 5.0)
             status_url = f"/api/v1/submissions/{sub['id']}/"
-            r = request(lambda url=status_url: c.get(url), "checking the status", retries, backoff, say)
+            r = request(partial(c.get, status_url), "checking the status", retries, backoff, say)
             if r.status_code != 200:
                 message, _ = detail(r)
                 raise Failure(f"cannot read submission {sub['id']} (HTTP {r.status_code}): {message}")

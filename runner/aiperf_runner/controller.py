@@ -40,6 +40,7 @@ from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, 
 from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
+from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
 from aiperf_runner.spec.replay import Attempt
@@ -116,7 +117,8 @@ class Controller:
     """One run. Build it with `Controller.create(...)` or `Controller.resume(...)`, then `run()`."""
 
     def __init__(self, run_dir: Path, run_json: dict[str, Any], config: RunConfig, backend: Backend,
-                 search: Any, hparams: Any, state: RunState, writer: EventWriter, lock_fh: Any,
+                 search: ArchitectureSearcher, hparams: HparamOptimiser, state: RunState, writer: EventWriter,
+                 lock_fh: Any,
                  progress: Any = None, live_score: _LiveScore | None = None) -> None:
         self.run_dir = run_dir
         self.run_json = run_json
@@ -139,7 +141,7 @@ class Controller:
     # ---- building -----------------------------------------------------------------------------------
     @classmethod
     def create(cls, config: RunConfig, run_dir: str | Path, *, peak_overrides: dict[str, float] | None = None, progress: Any = None,
-               search_factory: Callable[..., tuple[Any, Any]] = make_search,
+               search_factory: Callable[..., tuple[ArchitectureSearcher, HparamOptimiser]] = make_search,
                registration: dict[str, Any] | None = None) -> Controller:
         """Start a run. `registration`: the service's record of the system (`run --system`), kept in
         run.json's `system` (`id`, `registration`); the service judges the run by its own copy."""
@@ -213,7 +215,7 @@ class Controller:
 
     @classmethod
     def resume(cls, run_dir: str | Path, *, progress: Any = None,
-               search_factory: Callable[..., tuple[Any, Any]] = make_search) -> Controller:
+               search_factory: Callable[..., tuple[ArchitectureSearcher, HparamOptimiser]] = make_search) -> Controller:
         run_dir = Path(run_dir)
         if not (run_dir / "run.json").exists() or not (run_dir / "events.jsonl").exists():
             raise ControllerError(f"{run_dir} holds no run to resume (run.json and events.jsonl expected)")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiperf_runner.presets import Preset
+from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.spec.graph import Graph
 
 
@@ -32,7 +33,7 @@ class ProposalBuffer:
     only puts results in and takes candidates out.
     """
 
-    def __init__(self, search: Any, target: int) -> None:
+    def __init__(self, search: ArchitectureSearcher, target: int) -> None:
         self.search = search
         self.target = max(1, target)
         self._ready: deque[Candidate] = deque()
@@ -117,7 +118,7 @@ class ProposalBuffer:
 
 
 def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
-                history: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+                history: list[dict[str, Any]] | None = None) -> tuple[ArchitectureSearcher, HparamOptimiser]:
     """The architecture search (seeded with the preset's seed graph) and the hyper-parameter search.
 
     `history` (on resume): the log's trials in proposal order, each {"trial", "graph", "arch_hash",

@@ -25,6 +25,10 @@ RUN_STARTED_BOUND = ("rules", "preset", "precision", "slots", "devices_per_slot"
 DATASET_BOUND = ("train_images", "val_images", "classes", "image_size")
 
 
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
 def _config(run: Mapping[str, Any], key: str) -> Any:
     if key in ("slots", "devices_per_slot"):
         cfg = run.get("config")
@@ -38,9 +42,8 @@ def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> F
     for key in RUN_STARTED_BOUND:
         if started.get(key) != _config(run, key):
             found.add(1, f"run_started says {key} {started.get(key)!r}, run.json {_config(run, key)!r}")
-    dataset = run.get("dataset") if isinstance(run.get("dataset"), Mapping) else {}
-    assert isinstance(dataset, Mapping)
-    logged = started.get("dataset") if isinstance(started.get("dataset"), Mapping) else {}
+    dataset = _mapping(run.get("dataset"))
+    logged = _mapping(started.get("dataset"))
     for key in DATASET_BOUND:
         if logged.get(key) != dataset.get(key):
             found.add(1, f"run_started says dataset.{key} {logged.get(key)!r}, run.json {dataset.get(key)!r}")
