@@ -18,17 +18,20 @@ from typing import Any
 
 from aiperf_runner.spec.graph import Graph
 
-from tests.runfactory import IMAGENET_DATASET, make_run, registration_of, rewrite_events, small_graph
+from tests.runfactory import IMAGENET_DATASET, TestWitness, make_run, registration_of, rewrite_events, small_graph
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_BF16 = 989.4e12
 
 
-def honest(path: Path) -> Path:
-    """An official imagenet run of ~67 minutes: 8 slots of one H100 each, on one node of 8."""
-    make_run(path, preset="imagenet", slots=8, trials=32, epochs=4, epoch_seconds=250.0, precision="bf16",
-             accelerator_model=H100, accelerator_count=8, devices_per_slot=1, declared_peak=8 * H100_BF16,
-             run_id="0f" * 16)
+HONEST = dict(preset="imagenet", slots=8, trials=32, epochs=4, epoch_seconds=250.0, precision="bf16",
+              accelerator_model=H100, accelerator_count=8, devices_per_slot=1, declared_peak=8 * H100_BF16)
+
+
+def honest(path: Path, witness: TestWitness | None = None) -> Path:
+    """An official imagenet run of ~67 minutes: 8 slots of one H100 each, on one node of 8; witnessed
+    by `witness` (a test's stand-in for the service) when given."""
+    make_run(path, run_id="0f" * 16, witness=witness, **HONEST)  # type: ignore[arg-type]
     return path
 
 
@@ -114,13 +117,13 @@ def new_run_id_second_system(path: Path) -> None:
     _events(path, lambda events: _each(events, "run_started", lambda e: e.update(run_id=new_id)))
 
 
-def unstable(path: Path) -> None:
+def unstable(path: Path, witness: TestWitness | None = None) -> None:
     """The same machine, but the last trial of every slot is one epoch that runs for as long as the rest
-    of the run: no work completes for half the run, then all of it at the end. Written afresh."""
+    of the run: no work completes for half the run, then all of it at the end. Written afresh (and
+    witnessed by the same witness: an honest log of an unstable run)."""
     shutil.rmtree(path)
-    make_run(path, preset="imagenet", slots=8, trials=32, precision="bf16", accelerator_model=H100,
-             accelerator_count=8, devices_per_slot=1, declared_peak=8 * H100_BF16, run_id="0e" * 16,
-             epochs=lambda i: 4 if i < 24 else 1, epoch_seconds=lambda i, e: 250.0 if i < 24 else 3000.0)
+    make_run(path, **{**HONEST, "epochs": lambda i: 4 if i < 24 else 1,  # type: ignore[arg-type]
+                      "epoch_seconds": lambda i, e: 250.0 if i < 24 else 3000.0}, run_id="0e" * 16, witness=witness)
 
 
 def trial_more_devices_than_its_slot(path: Path) -> None:
@@ -139,6 +142,7 @@ class Forgery:
     outcome: str  # "rejected" or "open"
     registration: dict[str, Any] = field(default_factory=dict)  # changes to the honest registration
     service_only: bool = False  # caught by the service's records, not by the log alone
+    fresh: bool = False  # `forge(path, witness)` writes a new witnessed log rather than editing one
 
 
 FORGERIES = (
@@ -150,7 +154,7 @@ FORGERIES = (
     Forgery("kernel-size-edited", kernel_size_edited, "integrity.bound", "rejected"),
     Forgery("resubmitted-new-run-id", new_run_id_second_system, "integrity.duplicate", "rejected",
             service_only=True),
-    Forgery("unstable", unstable, "stability.score_cv", "open"),
+    Forgery("unstable", unstable, "stability.score_cv", "open", fresh=True),
     Forgery("trial-claims-more-devices-than-its-slot", trial_more_devices_than_its_slot, "system.devices",
             "rejected"),
     Forgery("concurrent-trials-past-the-registration", concurrency_past_registration, "system.devices", "rejected",
@@ -158,11 +162,14 @@ FORGERIES = (
 )
 
 
-def forged_copy(honest_path: Path, forgery: Forgery, dest: Path) -> Path:
+def forged_copy(honest_path: Path, forgery: Forgery, dest: Path, witness: TestWitness | None = None) -> Path:
     shutil.copytree(honest_path, dest)
     for name in ("MANIFEST.json", "MANIFEST.sig"):
         (dest / name).unlink(missing_ok=True)
-    forgery.forge(dest)
+    if forgery.fresh:
+        forgery.forge(dest, witness)  # type: ignore[call-arg]
+    else:
+        forgery.forge(dest)
     return dest
 
 

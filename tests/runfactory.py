@@ -26,6 +26,7 @@ import heapq
 import json
 import math
 import os
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +231,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
              cpu_model: str = "Synthetic CPU @ 2.00GHz", cpu_cores: int = 2,
              retry_trials: frozenset[int] | set[int] = frozenset(), finish: bool = True,
              trial_logs: bool = True, run_id: str | None = None, seed: int = 0,
-             duration_s: float | None = None) -> FactoryRun:
+             duration_s: float | None = None, witness: TestWitness | None = None) -> FactoryRun:
     """Write a synthetic run directory at `path` (created); see the module docstring for the schedule.
 
     `epochs(i)`, `epoch_seconds(i, e)`, `accuracy(i, e)`, `images_trained(i, e)`,
@@ -238,6 +239,8 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     order) and epoch e (1-based). Trial i uses architecture `graph_fn(i % archs)` (default
     `small_graph`). `declared_peak` is the system's peak FLOP/s at `precision` (or a dict per
     precision). `trial_logs=False` skips the per-trial event logs and stdout/stderr files.
+    `witness` (a `TestWitness`): the run carries a run token and a heartbeat with its receipt every
+    `witness.interval` seconds, the last after run_finished, as a witnessed run's log does.
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -261,6 +264,8 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                    declared_peak=declared_peak, dataset=dataset, start=start, devices_per_slot=devices_per_slot,
                    accelerator_model=accelerator_model, accelerator_count=accelerator_count, cpu_model=cpu_model,
                    cpu_cores=cpu_cores, seed=seed, duration_s=duration_s, max_trials=trials)
+    if witness is not None:
+        run["system"]["id"] = witness.system
     (root / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
 
     out = FactoryRun(root, run_id, start, arch_hashes=arch_hash)
@@ -341,7 +346,11 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                 t = t_end + gap_s
 
     with ChainWriter(root / "events.jsonl") as log:
-        log.append("run_started", start, **run_started_fields(run))
+        started = run_started_fields(run)
+        if witness is not None:
+            started["token"] = witness.token(run, issued_at=start - 3.0)
+        log.append("run_started", start, **started)
+        beats = witness.beats(log, run_id, start) if witness is not None else None
         heap: list[tuple[float, int, int, str, dict[str, Any], Iterator[Any]]] = []
         order = 0
         first = start + startup_s
@@ -356,6 +365,8 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
         while heap:
             t, _, s, kind, fields, gen = heapq.heappop(heap)
             t = max(t, last_t)
+            if beats is not None:
+                t = max(t, beats.until(t, out.epochs))
             log.append(kind, t, **fields)
             last_t = t
             if kind == "epoch_end":
@@ -372,10 +383,81 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
         if finish:
             out.end = last_t + end_delay_s
             log.append("run_finished", out.end, reason="exhausted")
+        if beats is not None:
+            beats.beat(out.end + 0.5, out.epochs)  # the final heartbeat, after run_finished
         out.events = log.seq
     if out.first_trial_start == math.inf:
         out.first_trial_start = 0.0
     return out
+
+
+class TestWitness:
+    """Plays the service's part in a factory run: signs a run token and a receipt for every heartbeat
+    with its own Ed25519 key (`keys` is what verify() takes as `witness_keys`)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, interval: float = 60.0, site: int = 1, system: int = 1, seed: int = 0) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from aiperf_runner.spec import keys as spec_keys
+
+        self.key = Ed25519PrivateKey.generate()
+        self.public = spec_keys.public_bytes(self.key.public_key())
+        self.fingerprint = spec_keys.fingerprint(self.public)
+        self.interval, self.site, self.system = interval, site, system
+        self._beacons = random.Random(seed)
+
+    @property
+    def keys(self) -> dict[str, bytes]:
+        return {self.fingerprint: self.public}
+
+    def token(self, run: dict[str, Any], issued_at: float) -> dict[str, Any]:
+        from aiperf_runner.spec import witness
+
+        cfg = run["config"]
+        statement = {"kind": witness.TOKEN_KIND, "run_id": run["run_id"], "site": self.site, "system": self.system,
+                     "preset": run["preset"], "rules": run["rules"], "precision": run["precision"],
+                     "slots": cfg["slots"], "devices_per_slot": cfg["devices_per_slot"],
+                     "duration_s": cfg["duration_s"], "runner_version": run["runner_version"],
+                     "issued_at": issued_at, "nonce": "00" * 16, "heartbeat_interval_s": self.interval,
+                     "key": self.fingerprint}
+        return {"statement": statement, "signature": witness.sign(self.key, statement)}
+
+    def receipt(self, run_id: str, seq: int, head: str, received_at: float) -> dict[str, Any] | None:
+        from aiperf_runner.spec import witness
+
+        statement = {"kind": witness.RECEIPT_KIND, "run_id": run_id, "heartbeat_seq": seq, "head": head,
+                     "received_at": received_at, "beacon": "%064x" % self._beacons.getrandbits(256),
+                     "key": self.fingerprint}
+        fields = {k: v for k, v in statement.items() if k != "kind"}
+        return {**fields, "signature": witness.sign(self.key, statement)}
+
+    def beats(self, log: ChainWriter, run_id: str, start: float) -> _Beats:
+        return _Beats(self, log, run_id, start + 0.5)
+
+
+class _Beats:
+    """Writes a heartbeat and its receipt into a factory log whenever the clock passes the next beat."""
+
+    def __init__(self, witness: TestWitness, log: ChainWriter, run_id: str, first: float) -> None:
+        self.witness, self.log, self.run_id, self.next = witness, log, run_id, first
+
+    def beat(self, t: float, epochs: int) -> float:
+        hb = self.log.append("heartbeat", t, work=0.0, epochs=epochs, best_accuracy=None)
+        receipt = self.witness.receipt(self.run_id, hb["seq"], self.log.prev, t + 0.01)
+        if receipt is None:  # the service did not answer
+            return t
+        self.log.append("witness", t + 0.02, **receipt)
+        return t + 0.02
+
+    def until(self, t: float, epochs: int) -> float:
+        """Beat for every interval that ended by `t`; the time of the last line written (or 0)."""
+        last = 0.0
+        while self.next <= t:
+            last = self.beat(self.next, epochs)
+            self.next += self.witness.interval
+        return last
 
 
 def registration_of(path: str | Path, **over: Any) -> dict[str, Any]:

@@ -6,14 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aiperf_runner.spec.verify import verify
+from aiperf_runner.spec.verify import verify as spec_verify
 
 from tests.forgeries import FORGERIES, Forgery, forged_copy, honest, honest_registration
+from tests.runfactory import TestWitness
+
+WITNESS = TestWitness()
 
 
 @pytest.fixture(scope="module")
 def honest_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return honest(tmp_path_factory.mktemp("honest") / "run")
+    return honest(tmp_path_factory.mktemp("honest") / "run", WITNESS)
+
+
+def verify(path: Path, **kw: object) -> dict:
+    return spec_verify(path, witness_keys=WITNESS.keys, **kw)  # type: ignore[arg-type]
 
 
 def failed(report: dict) -> set[str]:
@@ -29,7 +36,7 @@ def test_the_honest_run_is_official(honest_run: Path) -> None:
 
 @pytest.mark.parametrize("forgery", [f for f in FORGERIES if not f.service_only], ids=lambda f: f.name)
 def test_each_forgery_is_caught(forgery: Forgery, honest_run: Path, tmp_path: Path) -> None:
-    forged = forged_copy(honest_run, forgery, tmp_path / forgery.name)
+    forged = forged_copy(honest_run, forgery, tmp_path / forgery.name, WITNESS)
     report = verify(forged, system=honest_registration(honest_run, **forgery.registration))
     assert forgery.check in failed(report), failed(report)
     assert report["division"] == "open"
@@ -49,7 +56,7 @@ def test_v1_compat_is_verified_but_never_official(tmp_path: Path) -> None:
     from tests.runfactory import make_run
     run = make_run(tmp_path / "run", preset="imagenet", slots=8, trials=32, epochs=4, epoch_seconds=250.0,
                    precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=8,
-                   rules="v1-compat")
+                   rules="v1-compat", witness=WITNESS)
     report = verify(run.path, system=honest_registration(run.path))
     assert failed(report) == {"validity.rules"}
     assert report["division"] == "open" and report["rules"] == "v1-compat"

@@ -13,10 +13,13 @@ from aiperf_runner.spec import verify as spec_verify
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
 
-from tests.runfactory import RunBuilder, make_run, registration_of, rewrite_events, small_graph
+from tests.runfactory import RunBuilder, TestWitness, make_run, registration_of, rewrite_events, small_graph
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_BF16 = 989.4e12
+
+
+WITNESS = TestWitness()
 
 
 def official(path: Path, **over: Any) -> Path:
@@ -25,7 +28,7 @@ def official(path: Path, **over: Any) -> Path:
                                   precision="bf16", accelerator_model=H100, accelerator_count=8,
                                   devices_per_slot=2, declared_peak=8 * H100_BF16)
     params.update(over)
-    make_run(path, **params)
+    make_run(path, witness=WITNESS, **params)
     return path
 
 
@@ -33,6 +36,7 @@ def verify(path: Path, **kw: Any) -> dict[str, Any]:
     """verify() against the registration of the hardware the run describes (as the service would),
     unless the test passes its own `system`."""
     kw.setdefault("system", registration_of(path))
+    kw.setdefault("witness_keys", WITNESS.keys)
     return spec_verify.verify(path, **kw)
 
 
@@ -73,7 +77,7 @@ def test_the_official_run_passes_every_check(good: Path) -> None:
     assert report["integrity_ok"] and report["valid"] and report["stable"] and report["plausible"]
     for c in report["checks"]:
         assert set(c) == {"name", "threshold", "measured", "passed", "message"}
-        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility", "system"}
+        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility", "system", "witness"}
         assert c["message"]
 
 

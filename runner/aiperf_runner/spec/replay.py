@@ -138,6 +138,9 @@ class Replay:
         self.by_arch: dict[str, list[str]] = {}  # arch hash -> trial ids
         self.status_counts: Counter[str] = Counter()
         self.slot_lost: list[Mapping[str, Any]] = []
+        self.token: Mapping[str, Any] | None = None  # the run token run_started carries (witnessed runs)
+        self.heartbeats: list[int] = []  # sequence numbers of the heartbeat lines
+        self.witnessed: set[int] = set()  # heartbeats a witness line vouches for
         self._active: dict[tuple[str, int], Attempt] = {}
         self._orphaned: set[tuple[str, int]] = set()  # ended without an end line (resume, slot lost)
         self._slot_busy: dict[int, tuple[str, int]] = {}
@@ -257,6 +260,8 @@ class Replay:
             self.started_at = t
             self.run_id = ev.get("run_id")
             self.run_started_event = ev
+            token = ev.get("token")
+            self.token = token if isinstance(token, Mapping) else None
         if self.slots is None and ev.get("slots") is not None:
             self.slots = int(ev["slots"])
 
@@ -387,6 +392,12 @@ class Replay:
             self._drop(owner)
         self.slot_lost.append(ev)
 
+    def _heartbeat(self, ev: Mapping[str, Any], t: float, line: int) -> None:
+        self.heartbeats.append(int(ev["seq"]))
+
+    def _witness(self, ev: Mapping[str, Any], t: float, line: int) -> None:
+        self.witnessed.add(int(ev["heartbeat_seq"]))
+
     def _trial_result(self, ev: Mapping[str, Any], t: float, line: int) -> None:
         tr = self.trials.get(ev["trial"]) or self._unproposed(ev["trial"])
         tr.results[int(ev["attempt"])] = dict(ev)
@@ -406,6 +417,8 @@ HANDLERS: dict[str, Handler] = {
     "trial_failed": Replay._trial_ended,
     "trial_cancelled": Replay._trial_ended,
     "slot_lost": Replay._slot_lost,
+    "heartbeat": Replay._heartbeat,
+    "witness": Replay._witness,
     "trial_result": Replay._trial_result,
     "trial_error": Replay._trial_error,
 }

@@ -28,8 +28,8 @@ RULES_VERSION = "2.0"
 """2.0: registered systems (`system.*`), bound rules (`integrity.bound`), `v2` only and stability
 required for the official division. 1.0: the first rules."""
 
-GROUPS = ("integrity", "validity", "stability", "plausibility", "system")
-BLOCKING = ("integrity.", "plausibility.", "system.devices")
+GROUPS = ("integrity", "validity", "stability", "plausibility", "system", "witness")
+BLOCKING = ("integrity.", "plausibility.", "system.devices", "witness.receipts", "witness.timeline")
 """Checks (by name prefix) whose failure rejects a result: the log is broken or claims the impossible."""
 
 THRESHOLDS: dict[str, dict[str, Any]] = {
@@ -55,6 +55,12 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
         "clock_skew_s": 60.0,         # trial clocks vs the controller's
         "epoch_images_slack": 0.01,   # images trained per epoch <= train_images x (1 + slack) + pad
         "epoch_images_pad": 1024,
+        # witness (the service's receipts)
+        "heartbeat_interval_s": 60.0,         # the default interval a run token sets
+        "heartbeat_interval_bounds": [5.0, 300.0],
+        "witness_max_gap_intervals": 5,       # longest stretch without a receipt, in heartbeat intervals
+        "witness_tolerance_s": 60.0,          # the controller's clock against the service's
+        "witness_duration_relative": 0.01,    # the log's duration may differ from the witnessed by 1 % (+ tolerance)
         # review by a list maintainer before publication (the service)
         "review_efficiency_vs_best": 1.25,  # x the best official efficiency on the same accelerator model
         "review_efficiency_max": 0.6,       # of peak, outright
@@ -359,3 +365,52 @@ def check_devices(audit: LogAudit, hw: Any, devices_per_slot: Any) -> dict[str, 
     return check(name, threshold, measured, not problems, "; ".join(problems) or
                  f"at most {replay.max_attempt_devices} devices per trial, {replay.max_devices_running} at once "
                  f"({where})")
+
+
+# witness: the service's run token and receipts (spec/witness.py)
+
+def check_witness_token(problems: list[str], checked: bool) -> dict[str, Any]:
+    name, threshold = "witness.token", "a valid run token of the service, for this site, system and run"
+    if not checked:
+        return check(name, threshold, None, False, "cannot be checked: no witness key given "
+                     "(verify --witness-key FILE; the service always checks)")
+    return check(name, threshold, len(problems), not problems, "; ".join(problems) or
+                 "a valid run token of the service; its fields are the run's")
+
+
+def check_witness_receipts(audit: Any, missing: list[str], checked: bool) -> dict[str, Any]:
+    name, threshold = "witness.receipts", "every receipt valid, of this run and this log"
+    if not checked:
+        return check(name, threshold, None, True, "not checked: no witness key given")
+    count = audit.receipt_problems.count + len(missing)
+    text = audit.receipt_problems.text("")
+    messages = [m for m in (text, "; ".join(missing[:MAX_MESSAGES])) if m]
+    if not audit.receipts and not count:
+        messages.append("no receipt in the log")
+        count = 1 if audit.token is not None else 0
+    return check(name, threshold, count, count == 0, "; ".join(messages) or
+                 f"{len(audit.receipts)} receipts, each signed by the witness key for a heartbeat line of this log")
+
+
+def check_witness_coverage(gaps: list[tuple[float, str]], interval: float, th: Mapping[str, Any],
+                           checked: bool) -> dict[str, Any]:
+    name = "witness.coverage"
+    bound = th["witness_max_gap_intervals"] * interval
+    if not checked:
+        return check(name, bound, None, False, "cannot be checked: no witness key given")
+    if not gaps:
+        return check(name, bound, None, False, "no receipt: nothing of the run was witnessed")
+    longest, where = max(gaps)
+    ok = longest <= bound
+    return check(name, bound, longest, ok, f"longest stretch without a receipt {longest:.1f} s ({where}), "
+                 f"bound {th['witness_max_gap_intervals']} heartbeat intervals of {interval:g} s"
+                 + ("" if ok else ": the service did not see this part of the run"))
+
+
+def check_witness_timeline(problems: list[str], checked: bool, th: Mapping[str, Any]) -> dict[str, Any]:
+    name, threshold = "witness.timeline", th["witness_tolerance_s"]
+    if not checked:
+        return check(name, threshold, None, True, "not checked: no witness key given")
+    return check(name, threshold, len(problems), not problems, "; ".join(problems) or
+                 "every epoch was in the log before the first receipt after its end; the log's clock agrees "
+                 "with the service's")

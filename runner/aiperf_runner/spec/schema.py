@@ -46,8 +46,10 @@ def is_trial(v: Any) -> bool:
 
 
 # Names the field expressions may use.
+HEX = re.compile(r"^[0-9a-f]+$")
+
 _NAMESPACE: dict[str, Any] = {
-    "is_trial": is_trial, "HEX64": HEX64, "RUN_ID": RUN_ID,
+    "is_trial": is_trial, "HEX64": HEX64, "RUN_ID": RUN_ID, "HEX": HEX,
     **{"ENUM_" + k.replace(".", "_"): v for k, v in ENUMS.items()},
 }
 
@@ -58,6 +60,7 @@ class Field:
     expr: str  # a boolean Python expression over `v`
     expects: str  # "an integer >= 1": for error messages
     doc: str = ""  # for the documentation, after the name: "(trial id or null)"
+    required: bool = True  # an optional field is checked only when present
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,13 @@ def run_id_field() -> Field:
     return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
 
 
-def obj(name: str, doc: str = "") -> Field:
-    return Field(name, "isinstance(v, dict)", "an object", doc)
+def obj(name: str, doc: str = "", required: bool = True) -> Field:
+    return Field(name, "isinstance(v, dict)", "an object", doc, required)
+
+
+def hex_field(name: str, chars: int, doc: str = "") -> Field:
+    return Field(name, f"type(v) is str and len(v) == {chars} and HEX.fullmatch(v) is not None",
+                 f"{chars} lowercase hex chars", doc)
 
 
 # ---- the event types ----------------------------------------------------------------------------------
@@ -117,7 +125,9 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
     EventType("run_started", (MAIN,), (
         run_id_field(), string("preset"), string("rules"), pos("slots"), string("runner_version"),
         string("spec_version"), string("precision"), pos("devices_per_slot"),
-        obj("dataset", "(train_images, val_images, classes, image_size: as run.json)")), "the first line of the log"),
+        obj("dataset", "(train_images, val_images, classes, image_size: as run.json)"),
+        obj("token", "(the service's run token: statement and signature; absent when unwitnessed)", required=False)),
+        "the first line of the log"),
     EventType("run_resumed", (MAIN,), (string("run_id"),), "a controller continued the run after a crash or kill"),
     EventType("trial_proposed", (MAIN,), (
         trial_field(), Field("arch_hash", "type(v) is str and HEX64.fullmatch(v) is not None",
@@ -152,6 +162,17 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         Field("reason", _enum("trial_cancelled.reason"), "duration or stop", "(`duration`/`stop`)")),
         "an attempt stopped by the end of the run"),
     EventType("slot_lost", (MAIN,), (nonneg("slot"), string("reason")), "a slot went away"),
+    EventType("heartbeat", (MAIN,), (
+        number("work", "(FLOPs so far, the controller's count)"), nonneg("epochs"),
+        Field("best_accuracy", "v is None or ((type(v) is float or type(v) is int) and 0.0 <= v <= 1.0)",
+              "a number in [0, 1] or null")),
+        "the controller sends this line's sequence number and hash to the service"),
+    EventType("witness", (MAIN,), (
+        run_id_field(), nonneg("heartbeat_seq", "(of the heartbeat line witnessed)"),
+        hex_field("head", 64, "(SHA-256 of that line)"), number("received_at", "(the service's clock)"),
+        hex_field("beacon", 64, "(32 random bytes of the service)"), string("key", "(witness key fingerprint)"),
+        string("signature", "(base64 Ed25519, by the witness key)")),
+        "the service's receipt of a heartbeat"),
     EventType("run_finished", (MAIN,), (
         Field("reason", _enum("run_finished.reason"), "duration, stopped or exhausted",
               "(`duration`/`stopped`/`exhausted`)"),), "the last line of a complete run"),
@@ -177,7 +198,11 @@ def types(log: str = MAIN) -> frozenset[str]:
 def _compile_valid(et: EventType) -> Callable[[Mapping[str, Any]], bool]:
     lines = ["def valid(d):", "    try:"]
     for f in et.fields:
-        lines += [f"        v = d[{f.name!r}]", f"        if not ({f.expr}): return False"]
+        if f.required:
+            lines += [f"        v = d[{f.name!r}]", f"        if not ({f.expr}): return False"]
+        else:
+            lines += [f"        if {f.name!r} in d:", f"            v = d[{f.name!r}]",
+                      f"            if not ({f.expr}): return False"]
     lines += ["    except KeyError:", "        return False", "    return True"]
     namespace = dict(_NAMESPACE)
     exec("\n".join(lines), namespace)  # noqa: S102 - code built from the constant table above
@@ -191,7 +216,8 @@ def _compile_field(f: Field) -> Callable[[Any], bool]:
 
 
 _VALID = {name: _compile_valid(et) for name, et in EVENTS.items()}
-_FIELD_CHECKS = {name: [(f.name, _compile_field(f), f.expects) for f in et.fields] for name, et in EVENTS.items()}
+_FIELD_CHECKS = {name: [(f.name, _compile_field(f), f.expects, f.required) for f in et.fields]
+                 for name, et in EVENTS.items()}
 _RUN_JSON_CHECKS = [(f.name, _compile_field(f), f.expects) for f in RUN_JSON.fields]
 
 valid_epoch_end = _VALID["epoch_end"]
@@ -210,8 +236,10 @@ def problem(d: Mapping[str, Any], log: str = MAIN) -> str | None:
     et = EVENTS.get(kind) if isinstance(kind, str) else None
     if et is None or log not in et.logs:
         return f"unknown event type {kind!r}"
-    for key, ok, expects in _FIELD_CHECKS[et.name]:
+    for key, ok, expects, required in _FIELD_CHECKS[et.name]:
         if key not in d:
+            if not required:
+                continue
             return f"{kind}: missing field {key!r}"
         if not ok(d[key]):
             return f"{kind}: field {key!r} is {d[key]!r}, expected {expects}"

@@ -23,6 +23,7 @@ from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the serv
 from .replay import Replay
 from .runio import RunDir, RunIOError
 from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
+from .witness import ServiceRecords, WitnessAudit, token_interval, token_issued_at
 
 REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
                  "trials_finished", "epochs", "checks", "run_id", "fingerprint", "division", "series",
@@ -36,7 +37,8 @@ _SIGNATURE_WORDS = ("signature", "signed", "public_key", "fingerprint", "MANIFES
 
 def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
            require_signature: bool = False, rules_version: str = R.RULES_VERSION,
-           workers: int | None = None, system: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           workers: int | None = None, system: Mapping[str, Any] | None = None,
+           witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None) -> dict[str, Any]:
     """Verify a run directory or a bundle (.tar.gz); see docs/internals.md, "Verification".
 
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
@@ -46,6 +48,9 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     few distinct architectures, and callers that cannot start processes, analyse them in-process.
     `system`: the service's registration of the run's system (spec/hardware.py); without it the
     run's own hardware facts stand in and `system.registered` fails.
+    `witness_keys`: {fingerprint: raw public key} of the service's witness keys (current and retired);
+    without them the `witness.*` checks cannot be made. `records`: what the service knows of the
+    run's token and receipts (spec/witness.py, the service passes it).
     Raises FileNotFoundError for a missing path and ValueError for unknown `rules`; everything wrong
     with the run itself is reported in the checks instead.
     """
@@ -60,7 +65,8 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if path.is_dir():
-        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system)
+        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system,
+                           witness_keys, records)
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -72,7 +78,8 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
             report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
                                         None, False, str(exc))]
             return report
-        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system)
+        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system,
+                           witness_keys, records)
 
 
 def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
@@ -103,7 +110,8 @@ def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict
 
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
                 rules_version: str, workers: int | None = None,
-                registration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                registration: Mapping[str, Any] | None = None, witness_keys: Mapping[str, bytes] | None = None,
+                records: ServiceRecords | None = None) -> dict[str, Any]:
     th = R.thresholds(rules_version)
     checks: list[dict[str, Any]] = []
     run_dir = RunDir(root)
@@ -148,6 +156,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
     replay.listen(fingerprints)
+    witness = WitnessAudit(replay, witness_keys or {})
     chain_error: str | None = None
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
@@ -199,6 +208,16 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_registered(hw, run_system.get("id") if isinstance(run_system, Mapping) else None))
     checks.append(R.check_peak_known(peak, how, precision))
     checks.append(R.check_devices(audit, hw, _dict(run.get("config")).get("devices_per_slot")))
+    # witness
+    checked = bool(witness_keys)
+    interval = token_interval(witness.token, th["heartbeat_interval_s"])
+    issued_at = token_issued_at(witness.token)
+    checks.append(R.check_witness_token(witness.token_problems(run, records), checked))
+    checks.append(R.check_witness_receipts(witness, witness.missing_receipts(records), checked))
+    checks.append(R.check_witness_coverage(witness.gaps(issued_at), interval, th, checked))
+    checks.append(R.check_witness_timeline(
+        witness.timeline_problems(acc.t0, acc.end, issued_at, th["witness_tolerance_s"],
+                                  th["witness_duration_relative"]), checked, th))
 
     for c in checks:
         c["measured"] = _json_safe(c["measured"])
