@@ -398,9 +398,8 @@ class TestWitness:
     __test__ = False  # not a pytest class
 
     def __init__(self, interval: float = 60.0, site: int = 1, system: int = 1, seed: int = 0) -> None:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
         from aiperf_runner.spec import keys as spec_keys
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         self.key = Ed25519PrivateKey.generate()
         self.public = spec_keys.public_bytes(self.key.public_key())
@@ -428,7 +427,7 @@ class TestWitness:
         from aiperf_runner.spec import witness
 
         statement = {"kind": witness.RECEIPT_KIND, "run_id": run_id, "heartbeat_seq": seq, "head": head,
-                     "received_at": received_at, "beacon": "%064x" % self._beacons.getrandbits(256),
+                     "received_at": received_at, "beacon": f"{self._beacons.getrandbits(256):064x}",
                      "key": self.fingerprint}
         fields = {k: v for k, v in statement.items() if k != "kind"}
         return {**fields, "signature": witness.sign(self.key, statement)}
