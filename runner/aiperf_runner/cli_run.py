@@ -72,8 +72,11 @@ def run(
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
     time_limit: str = typer.Option(None, "--time-limit", help="slurm: time limit of each trial's job, e.g. 2:00:00."),
     system: str = typer.Option(None, "--system", metavar="ID_OR_NAME",
-                               help="The registered system this run is judged by (`aiperf-runner system add`); "
+                               help="The registered system this run is judged by (`aiperf-runner system add`). "
+                                    "The run is witnessed by the service (run token, heartbeats, receipts); "
                                     "needs the service `register` saved, or --server/--token."),
+    offline: bool = typer.Option(False, "--offline", help="Run without the service: unwitnessed, so the result "
+                                                          "can only enter the open division."),
     server: str = typer.Option(None, "--server", help="The AIPerf service (default: $AIPERF_SERVER, else what "
                                                       "`register` saved)."),
     token: str = typer.Option(None, "--token", help="The site's API token (default: $AIPERF_TOKEN, else what "
@@ -96,7 +99,8 @@ def run(
     display = make_progress(progress)
     try:
         if resume is not None:
-            controller = Controller.resume(resume, progress=display)
+            service = None if offline else find_service(server, token, required=False)
+            controller = Controller.resume(resume, progress=display, service=service)
         else:
             p = get_preset(preset)
             duration_s = parse_duration(duration) if duration else p.default_duration_s
@@ -110,13 +114,15 @@ def run(
                                precision=precision, data=data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
                                system_name=system_name.strip(), interconnect=interconnect.strip())
-            registration = None
+            registration = service = None
             if system is not None:
+                if offline:
+                    raise ValueError("--system names a registered system of the service; --offline runs without it")
                 service = find_service(server, token)
                 assert service is not None
                 registration = resolve_system(service, system)
             controller = Controller.create(config, run_dir, peak_overrides=parse_peak_overrides(peak_flops),
-                                           progress=display, registration=registration)
+                                           progress=display, registration=registration, service=service)
     except (ControllerError, PresetError, ValueError, OSError, Failure) as exc:
         if display is not None:
             display.close()

@@ -41,12 +41,15 @@ from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
-from aiperf_runner.spec import SPEC_VERSION
+from aiperf_runner.service import Service
+from aiperf_runner.spec import SPEC_VERSION, keys
 from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
 from aiperf_runner.spec.replay import Attempt
 from aiperf_runner.spec.runio import RunDir
 from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
+from aiperf_runner.spec.witness import RECEIPT_FIELDS
 from aiperf_runner.trialtail import TrialTail
+from aiperf_runner.witnessing import Witnessing, ask_token, first_line_hash, token_interval
 
 POLL_S = 0.1
 TRIAL_MODULE = "aiperf_runner.train.trial"
@@ -56,6 +59,7 @@ STDERR_TAIL_CHARS = 2000
 # A backend that refuses this many launches in a row, with none accepted in between, is broken
 # (no scheduler, a bad option, an unwritable run directory): stop instead of burning the search.
 LAUNCH_FAILURES_IN_A_ROW = 8
+FINAL_RECEIPT_WAIT_S = 60.0  # how long the end of a witnessed run waits for its last receipt
 
 
 class ControllerError(RuntimeError):
@@ -135,6 +139,7 @@ class Controller:
         self.running: dict[int, Running] = {}  # slot index -> attempt
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
+        self.witnessing: Witnessing | None = None
         self._launch_failures_in_a_row = 0
         self._score = live_score or _LiveScore(run_dir, config.rules, state)
 
@@ -142,9 +147,10 @@ class Controller:
     @classmethod
     def create(cls, config: RunConfig, run_dir: str | Path, *, peak_overrides: dict[str, float] | None = None, progress: Any = None,
                search_factory: Callable[..., tuple[ArchitectureSearcher, HparamOptimiser]] = make_search,
-               registration: dict[str, Any] | None = None) -> Controller:
+               registration: dict[str, Any] | None = None, service: Service | None = None) -> Controller:
         """Start a run. `registration`: the service's record of the system (`run --system`), kept in
-        run.json's `system` (`id`, `registration`); the service judges the run by its own copy."""
+        run.json's `system` (`id`, `registration`); the service judges the run by its own copy.
+        With `service` as well, the run is witnessed: the service issues its run id and token."""
         from aiperf_runner import sysinfo
 
         config.check()
@@ -183,8 +189,14 @@ class Controller:
                     system["interconnect"] = registration["interconnect"]
             peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
             config.slots = len(slots)
+            token = None
+            if service is not None and registration is not None:
+                token = ask_token(service, registration, {
+                    "preset": config.preset, "rules": config.rules, "precision": config.precision,
+                    "slots": config.slots, "devices_per_slot": config.devices_per_slot,
+                    "duration_s": config.duration_s, "runner_version": __version__})
             run_json = {
-                "run_id": secrets.token_hex(16),
+                "run_id": token["run_id"] if token else secrets.token_hex(16),
                 "runner_version": __version__,
                 "spec_version": SPEC_VERSION,
                 "rules": config.rules,
@@ -208,14 +220,20 @@ class Controller:
         self.buffer.start()
         # Candidates for the first wave are made before the clock starts: no slot starts idle.
         self.buffer.wait_ready(min(len(self.slots), self.buffer.target), timeout=120)
+        witnessed = {"token": token["token"]} if token else {}
         self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
                   slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
-                  precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset)
+                  precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset,
+                  **witnessed)
+        if token is not None and service is not None:
+            self.witnessing = Witnessing(service, str(run_json["run_id"]), float(token["heartbeat_interval_s"]),
+                                         keys.load_private_key(), self.writer.head)
         return self
 
     @classmethod
     def resume(cls, run_dir: str | Path, *, progress: Any = None,
-               search_factory: Callable[..., tuple[ArchitectureSearcher, HparamOptimiser]] = make_search) -> Controller:
+               search_factory: Callable[..., tuple[ArchitectureSearcher, HparamOptimiser]] = make_search,
+               service: Service | None = None) -> Controller:
         run_dir = Path(run_dir)
         if not (run_dir / "run.json").exists() or not (run_dir / "events.jsonl").exists():
             raise ControllerError(f"{run_dir} holds no run to resume (run.json and events.jsonl expected)")
@@ -244,6 +262,13 @@ class Controller:
             raise
         self.buffer.start()
         self._log("run_resumed", run_id=run_json["run_id"])
+        if state.token is not None and service is not None:  # the same token, receipts continue
+            self.witnessing = Witnessing(service, run_json["run_id"], token_interval(dict(state.token)),
+                                         keys.load_private_key(), first_line_hash(run_dir / "events.jsonl"))
+            for receipt in self.witnessing.missing_receipts(state.heartbeats, state.witnessed):
+                self._log("witness", **_receipt_fields(receipt))
+        elif state.token is not None:
+            self._say("this run is witnessed but no service is configured: it continues unwitnessed")
         self._recover_interrupted()
         return self
 
@@ -286,6 +311,7 @@ class Controller:
                     break
                 self._check_running()
                 self._fill_slots()
+                self._witness()
                 if not self.running and not self.state.waiting() and self.buffer.idle_exhausted:
                     reason = "exhausted"
                     break
@@ -443,13 +469,60 @@ class Controller:
         self._log("run_finished", **fields)
         self._report_progress(force=True)
         try:
+            self._final_heartbeat()
             self.backend.shutdown()
         finally:
+            if self.witnessing is not None:
+                self.witnessing.stop()
             self.buffer.stop()
             self.writer.close()
             _unlock(self._lock_fh, self.run_dir)
             if self.progress is not None:
                 self.progress.close()
+
+    # ---- witness -----------------------------------------------------------------------------------
+    def _witness(self) -> None:
+        """Log the receipts that came back; write and send a heartbeat when one is due."""
+        w = self.witnessing
+        if w is None:
+            return
+        for receipt in w.receipts():
+            self._log("witness", **_receipt_fields(receipt))
+        if w.refused is not None:
+            self._say(f"witnessing stopped: {w.refused}")
+            self.witnessing = None
+            return
+        if w.due():
+            beat = self._log("heartbeat", work=self._score.work, epochs=self.state.epoch_lines,
+                             best_accuracy=self.state.best_epoch_accuracy)
+            w.send(beat["seq"], self.writer.head, self._score.work, self.state.epoch_lines,
+                   self.state.best_epoch_accuracy)
+
+    def _final_heartbeat(self, timeout: float = FINAL_RECEIPT_WAIT_S) -> None:
+        """After run_finished: one last heartbeat, retried for a while, so the end of the run is witnessed."""
+        w = self.witnessing
+        if w is None:
+            return
+        deadline = time.monotonic() + timeout
+        w.wait_idle(timeout)
+        for receipt in w.receipts():
+            self._log("witness", **_receipt_fields(receipt))
+        while w.refused is None and time.monotonic() < deadline:
+            while not w.due() and time.monotonic() < deadline and w.refused is None:
+                time.sleep(0.2)
+            if w.refused is not None or time.monotonic() >= deadline:
+                break
+            beat = self._log("heartbeat", work=self._score.work, epochs=self.state.epoch_lines,
+                             best_accuracy=self.state.best_epoch_accuracy)
+            w.send(beat["seq"], self.writer.head, self._score.work, self.state.epoch_lines,
+                   self.state.best_epoch_accuracy)
+            w.wait_idle(max(0.0, deadline - time.monotonic()))
+            receipts = w.receipts()
+            for receipt in receipts:
+                self._log("witness", **_receipt_fields(receipt))
+            if any(r.get("heartbeat_seq") == beat["seq"] for r in receipts):
+                return
+        self._say("the final heartbeat was not witnessed: `aiperf-runner submit` will try again")
 
     # ---- log, progress -----------------------------------------------------------------------------
     def _log(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -506,6 +579,11 @@ class _LiveScore(ScoreAccumulator):
                 value = None
             self._cache = (now, value)
         return self._cache[1]
+
+
+def _receipt_fields(receipt: Mapping[str, Any]) -> dict[str, Any]:
+    """A service receipt as the `witness` line's fields."""
+    return {k: receipt[k] for k in (*RECEIPT_FIELDS, "signature")}
 
 
 def _history(run_dir: Path, state: RunState) -> list[dict[str, Any]]:

@@ -164,3 +164,24 @@ def resolve_system(service: Service, id_or_name: str) -> dict[str, Any]:
     if len(found) > 1:
         raise Failure(f"{len(found)} systems are named {id_or_name!r}: give its id instead", "system")
     return found[0]
+
+
+# ---- witnessed runs --------------------------------------------------------------------------------------
+def request_run_token(service: Service, fields: dict[str, Any]) -> dict[str, Any]:
+    """Ask the service to witness a run: {run_id, token: {statement, signature}, heartbeat_interval_s, witness}."""
+    resp = call(service, "POST", "/api/v1/runs/", "asking for a run token", ok=(201,), json=fields)
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def post_heartbeat(service: Service, run_id: str, body: dict[str, Any], timeout: float = 20.0) -> httpx.Response:
+    """One heartbeat, no retries (the caller's loop retries with a fresh heartbeat)."""
+    with client(service, timeout=timeout) as c:
+        return c.post(f"/api/v1/runs/{run_id}/heartbeats/", json=body)
+
+
+def run_receipts(service: Service, run_id: str) -> list[dict[str, Any]]:
+    """Every receipt the service issued for a run (to log those a killed controller never wrote)."""
+    resp = call(service, "GET", f"/api/v1/runs/{run_id}/receipts/", "reading the run's receipts")
+    items: list[dict[str, Any]] = resp.json()
+    return items

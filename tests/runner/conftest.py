@@ -16,8 +16,9 @@ from tests.helpers import REPO
 FAKE_TRIAL = "tests.runner.fake_trial"
 
 # Checks a local smoke run can never pass: it is neither the official preset nor an hour long, and
-# verified offline without a registration its hardware is unregistered.
-OPEN_DIVISION_CHECKS = {"validity.preset", "validity.duration", "system.registered"}
+# verified offline without a registration its hardware is unregistered, without a service unwitnessed.
+OPEN_DIVISION_CHECKS = {"validity.preset", "validity.duration", "system.registered", "witness.token",
+                        "witness.coverage"}
 # A run of seconds (or one with a controller kill in it): too short for a stable score.
 SHORT_RUN_CHECKS = OPEN_DIVISION_CHECKS | {"stability.score_cv"}
 

@@ -122,6 +122,11 @@ class EventWriter:
     def next_seq(self) -> int:
         return self._seq
 
+    @property
+    def head(self) -> str:
+        """SHA-256 of the last line written (what the next line's `prev` will be)."""
+        return self._prev
+
     def append(self, type: str, **fields: Any) -> dict[str, Any]:
         clash = [k for k in RESERVED if k in fields]
         if clash:

@@ -207,6 +207,7 @@ class ScoreAccumulator:
         self.rules = check_rules(rules)
         self.flops_for = flops_for
         self.table = EpochTable()
+        self.work = 0.0  # the work of the counted epochs so far (FLOPs)
         self.uncounted_epochs = 0
         self._flops: dict[str, tuple[float, float] | None] = {}
         self._v1 = rules == "v1-compat"
@@ -234,6 +235,7 @@ class ScoreAccumulator:
         else:
             work = f[0] * ev["images_trained"] + f[1] * ev["images_evaluated"]
         self.table.append(float(ev["ended_at"]), float(work), float(ev["val_accuracy"]))
+        self.work += float(work)
 
     @property
     def trials_with_epochs(self) -> int:

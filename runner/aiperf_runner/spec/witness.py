@@ -255,13 +255,16 @@ class WitnessAudit:
         return out
 
 
-def token_issued_at(token: Mapping[str, Any] | None) -> float | None:
+def _statement_number(token: Mapping[str, Any] | None, key: str) -> float | None:
     statement = token.get("statement") if token is not None else None
-    value = statement.get("issued_at") if isinstance(statement, Mapping) else None
-    return float(value) if type(value) in (int, float) else None
+    value = statement.get(key) if isinstance(statement, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def token_issued_at(token: Mapping[str, Any] | None) -> float | None:
+    return _statement_number(token, "issued_at")
 
 
 def token_interval(token: Mapping[str, Any] | None, default: float) -> float:
-    statement = token.get("statement") if token is not None else None
-    value = statement.get("heartbeat_interval_s") if isinstance(statement, Mapping) else None
-    return float(value) if type(value) in (int, float) and value > 0 else default
+    value = _statement_number(token, "heartbeat_interval_s")
+    return value if value is not None and value > 0 else default

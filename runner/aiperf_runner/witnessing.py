@@ -1,0 +1,151 @@
+"""The controller's side of a witnessed run: heartbeats to the service, receipts back into the log.
+
+The controller's loop writes every line of the log (`heartbeat` and `witness` lines included); a
+background thread only talks to the service. When a heartbeat is due the loop writes a `heartbeat`
+line and hands its sequence number and hash to the thread, which posts them, signed with the site
+key, and queues the receipt for the loop to log. If the service cannot be reached, training goes
+on: the next attempt, after a back-off, is a fresh heartbeat (so a receipt never vouches for a
+stale head). A refusal (token expired, used by another run) ends the witnessing, with a note.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from aiperf_runner.service import Service, post_heartbeat, run_receipts
+from aiperf_runner.spec import witness as spec_witness
+
+FIRST_RETRY_S = 5.0
+
+
+class Witnessing:
+    def __init__(self, service: Service, run_id: str, interval: float, site_key: Any, log_id: str | None) -> None:
+        self.service = service
+        self.run_id = run_id
+        self.interval = interval
+        self.site_key = site_key
+        self.log_id = log_id
+        self.refused: str | None = None  # why the service stopped witnessing this run
+        self.sent = self.failed = 0
+        self.thread_cpu_s = 0.0  # CPU seconds of the sending thread (bench: the cost of witnessing)
+        self._next_at = 0.0  # monotonic time the next heartbeat is due
+        self._retry_s = FIRST_RETRY_S
+        self._lock = threading.Condition()
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._receipts: deque[dict[str, Any]] = deque()
+        self._in_flight = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="heartbeats", daemon=True)
+        self._thread.start()
+
+    # ---- the controller's loop --------------------------------------------------------------------------
+    def due(self) -> bool:
+        with self._lock:
+            return (self.refused is None and not self._in_flight and not self._stop
+                    and time.monotonic() >= self._next_at)
+
+    def send(self, seq: int, head: str, work: float, epochs: int, best_accuracy: float | None) -> None:
+        statement = {"kind": spec_witness.HEARTBEAT_KIND, "run_id": self.run_id, "heartbeat_seq": seq, "head": head,
+                     "log_id": self.log_id, "work": work, "epochs": epochs, "best_accuracy": best_accuracy,
+                     "sent_at": time.time()}
+        body = {"statement": statement, "signature": spec_witness.sign(self.site_key, statement)}
+        with self._lock:
+            self._in_flight = True
+            self._outbox.append(body)
+            self._lock.notify_all()
+
+    def receipts(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out = list(self._receipts)
+            self._receipts.clear()
+            return out
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until the heartbeat in flight is answered (or failed); True when nothing is in flight."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._in_flight and time.monotonic() < deadline:
+                self._lock.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return not self._in_flight
+
+    def missing_receipts(self, heartbeats: list[int], witnessed: set[int]) -> list[dict[str, Any]]:
+        """Receipts the service issued for heartbeat lines the log holds without one (a controller killed
+        between receiving a receipt and writing it)."""
+        wanted = set(heartbeats) - witnessed
+        if not wanted:
+            return []
+        try:
+            issued = run_receipts(self.service, self.run_id)
+        except Exception:  # noqa: BLE001 - the service may be down: the receipts stay missing
+            return []
+        return [r for r in issued if r.get("heartbeat_seq") in wanted]
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+        self._thread.join(timeout=10)
+
+    # ---- the thread -----------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._outbox and not self._stop:
+                    self._lock.wait()
+                if self._stop and not self._outbox:
+                    return
+                body = self._outbox.popleft()
+            started = time.thread_time()
+            receipt, refusal = self._post(body)
+            with self._lock:
+                self.thread_cpu_s += time.thread_time() - started
+                if receipt is not None:
+                    self.sent += 1
+                    self._receipts.append(receipt)
+                    self._retry_s = FIRST_RETRY_S
+                    self._next_at = time.monotonic() + self.interval
+                elif refusal is not None:
+                    self.refused = refusal
+                else:
+                    self.failed += 1
+                    self._next_at = time.monotonic() + self._retry_s
+                    self._retry_s = min(self._retry_s * 2, self.interval)
+                self._in_flight = False
+                self._lock.notify_all()
+
+    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        try:
+            resp = post_heartbeat(self.service, self.run_id, body)
+        except Exception:  # noqa: BLE001 - unreachable: retried with a fresh heartbeat
+            return None, None
+        if resp.status_code == 201:
+            return resp.json(), None
+        if resp.status_code in (429,) or resp.status_code >= 500:
+            return None, None
+        try:
+            detail = resp.json().get("detail", resp.text[:200])
+        except ValueError:
+            detail = resp.text[:200]
+        return None, f"the service refused the heartbeat (HTTP {resp.status_code}): {detail}"
+
+
+def ask_token(service: Service, registration: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """The run token for a run about to start: the service picks the run id."""
+    from aiperf_runner.service import request_run_token
+
+    return request_run_token(service, {"system": registration["id"], **fields})
+
+
+def first_line_hash(log: Any) -> str:
+    """SHA-256 of a log's first line (the run_started the token's heartbeats are bound to)."""
+    import hashlib
+
+    with open(log, "rb") as fh:
+        return hashlib.sha256(fh.readline().rstrip(b"\n")).hexdigest()
+
+
+def token_interval(token: dict[str, Any]) -> float:
+    return float(token["statement"].get("heartbeat_interval_s") or 60.0)
