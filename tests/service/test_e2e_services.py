@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runfactory import make_run
+from devdata.runfactory import make_run
 from tests.service.stack import BIN, Stack, require_services
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
