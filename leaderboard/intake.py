@@ -39,7 +39,7 @@ def site_key(site: Site, fingerprint: str) -> SiteKey:
     if key is None:
         raise Rejected("unknown_key", f"the bundle is signed with key {fingerprint}, which is not registered "
                                       f"to site {site.name!r} (aiperf-runner register uploads it)", status=403)
-    if key.revoked_at is not None:
+    if key.revoked:
         raise Rejected("revoked_key", f"the bundle is signed with key {fingerprint}, revoked on "
                                       f"{key.revoked_at:%Y-%m-%d %H:%M} UTC", status=403)
     return key

@@ -130,7 +130,7 @@ def _verify(sub: Submission) -> dict[str, Any]:
     key = sub.key
     if key is None:
         raise Rejected("integrity.key", "the submission has no registered signing key")
-    if key.revoked_at is not None:
+    if key.revoked:
         raise Rejected("integrity.key", f"key {key.fingerprint} was revoked on {key.revoked_at:%Y-%m-%d %H:%M} UTC")
     if not sub.bundle.name:
         raise Rejected("integrity.bundle", "the stored bundle is missing")
