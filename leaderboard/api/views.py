@@ -59,8 +59,8 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
             return None
         return get_object_or_404(Edition, name=name, frozen_at__isnull=False)
 
-    def with_ranks(self, qs: QuerySet[Result]) -> QuerySet[Result]:
-        edition = self.edition()
+    @staticmethod
+    def with_ranks(qs: QuerySet[Result], edition: Edition | None) -> QuerySet[Result]:
         if edition is None:
             return qs.annotate(list_rank=F("rank"))
         entry = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
@@ -69,7 +69,8 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
     def base_queryset(self) -> QuerySet[Result]:
         edition = self.edition()
         qs = Result.objects.select_related("site", "system")
-        return self.with_ranks(qs.filter(edition_entries__edition=edition) if edition is not None else qs.live())
+        return self.with_ranks(qs.filter(edition_entries__edition=edition) if edition is not None else qs.live(),
+                               edition)
 
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
@@ -92,7 +93,7 @@ class ResultViewSet(RankedResults):
         # One result: on the live list, or cited by a frozen edition.
         qs = Result.objects.select_related("site", "system", "series", "submission")
         return self.with_ranks(qs.filter(Q(pk__in=Result.objects.live().values("pk"))
-                                         | Q(pk__in=EditionEntry.objects.values("result_id"))))
+                                         | Q(pk__in=EditionEntry.objects.values("result_id"))), self.edition())
 
     def get_serializer_class(self):
         return s.ResultDetailSerializer if self.action == "retrieve" else s.LeaderboardEntrySerializer
