@@ -8,8 +8,9 @@ Against PostgreSQL (a throwaway database, dropped at the end) and gunicorn with 
   /api/v1/leaderboard/    the API list (first page)
 
 Server time is Django's own time per request, read from the `Server-Timing: app;dur=<ms>` header that
-leaderboard.site.timing.ServerTimingMiddleware adds (first in the middleware stack, so it covers every
-middleware, the view, the queries and the template). Client latency on loopback is printed beside it;
+server.timing.ServerTimingMiddleware adds when AIPERF_SERVER_TIMING=1 (first in the middleware stack, so
+it covers every middleware, the view, the queries and the template). The database is filled by
+`manage.py aiperf_demo_data` (devdata/demo.py). Client latency on loopback is printed beside it;
 with 20 clients and 2 workers it is mostly queueing. Printed ratios: each page's median server time
 against the API list's (the peer), and each p95 against the budget (--budget-ms, default 500 ms).
 
@@ -40,18 +41,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
-
-SETTINGS = '''
-from server.settings import *  # noqa: F401,F403
-from server.settings import MIDDLEWARE
-MIDDLEWARE = ["leaderboard.site.timing.ServerTimingMiddleware", *MIDDLEWARE]
-ROOT_URLCONF = "aiperf_bench_urls"
-'''
-URLS = '''
-from django.urls import include, path
-from server import urls as server_urls
-urlpatterns = [path("", include("leaderboard.site.urls")), *server_urls.urlpatterns]
-'''
 
 
 # ---- the client process ----------------------------------------------------------------------------
@@ -146,13 +135,11 @@ def main() -> int:
         return 1
 
     tmp = Path(tempfile.mkdtemp(prefix="aiperf-bench-"))
-    (tmp / "aiperf_bench_settings.py").write_text(SETTINGS)
-    (tmp / "aiperf_bench_urls.py").write_text(URLS)
     env = {**os.environ, "DATABASE_URL": f"{args.pg}/{args.db}", "DEBUG": "0",
            "SECRET_KEY": secrets.token_urlsafe(40), "ALLOWED_HOSTS": "127.0.0.1,localhost",
            "STATIC_ROOT": str(tmp / "static"), "CONN_MAX_AGE": "60", "AIPERF_LOG_LEVEL": "WARNING",
-           "DJANGO_SETTINGS_MODULE": "aiperf_bench_settings",
-           "PYTHONPATH": os.pathsep.join([str(tmp), str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+           "AIPERF_SERVER_TIMING": "1", "DJANGO_SETTINGS_MODULE": "server.settings",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     manage = [PY, "manage.py"]
     gunicorn = None
     try:

@@ -1,6 +1,6 @@
 """How fast `verify()` reads a log the size of a 12-hour, 512-slot run, against just parsing it.
 
-Generates (tests/runfactory.py) a run of `--slots` slots x `--trials` trials x `--epochs` epochs in
+Generates (devdata/runfactory.py) a run of `--slots` slots x `--trials` trials x `--epochs` epochs in
 a temporary directory, then, side by side in this process:
 
   peer   read events.jsonl line by line and json.loads every line (nothing else)
@@ -38,7 +38,7 @@ from aiperf_runner.spec.graph import Graph  # noqa: E402
 from aiperf_runner.spec.runio import RunDir  # noqa: E402
 from aiperf_runner.spec.verify import verify  # noqa: E402
 
-from tests.runfactory import make_run  # noqa: E402
+from devdata.runfactory import make_run  # noqa: E402
 
 TARGET = 3.0
 

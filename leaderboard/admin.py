@@ -1,11 +1,21 @@
-"""Admin for every model, with the maintainer's actions: re-verify, publish, withdraw, revoke key."""
+"""Admin for every model, with the maintainer's actions: re-verify, publish, withdraw, revoke key, freeze.
+
+A change made here to what is on the live list (a submission's status, a result's `published`, a
+deletion) re-ranks the list (leaderboard/ranking.py), as the pipeline's own changes do.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from aiperf_runner.spec import keys as spec_keys
 from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 
-from leaderboard import pipeline, ranking
+from leaderboard import pipeline, ranking, tasks
 from leaderboard.models import Edition, EditionEntry, Result, ResultSeries, Site, SiteKey, Submission, System, Trial
 
 
@@ -47,8 +57,6 @@ class SiteKeyAdmin(admin.ModelAdmin):
         self.message_user(request, f"{n} key(s) revoked")
 
     def save_model(self, request, obj, form, change):
-        from aiperf_runner.spec import keys as spec_keys
-
         key = spec_keys.parse_public_key(obj.public_key)
         obj.public_key = spec_keys.public_b64(key)
         obj.fingerprint = spec_keys.fingerprint(key)
@@ -62,8 +70,27 @@ class SystemAdmin(admin.ModelAdmin):
     search_fields = ["name", "accelerator_model", "site__name", "cpu_model"]
 
 
+class RerankingAdmin(admin.ModelAdmin):
+    """Saving or deleting rows of this model may change the live list: the stored ranks follow."""
+
+    @transaction.atomic
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        ranking.rerank()
+
+    @transaction.atomic
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        super().delete_model(request, obj)
+        ranking.rerank()
+
+    @transaction.atomic
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        super().delete_queryset(request, queryset)
+        ranking.rerank()
+
+
 @admin.register(Submission)
-class SubmissionAdmin(admin.ModelAdmin):
+class SubmissionAdmin(RerankingAdmin):
     list_display = ["id", "site", "status", "run_id", "size", "created_at", "verified_at", "attempts"]
     list_filter = ["status", "site", "created_at"]
     search_fields = ["run_id", "sha256", "site__name"]
@@ -72,14 +99,12 @@ class SubmissionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-verify (queue the verification task again)")
     def reverify(self, request, queryset):
-        from leaderboard.tasks import verify_submission
-
         n = 0
         for sub in queryset:
             if sub.status in (Submission.Status.VERIFIED, Submission.Status.PUBLISHED):
-                verify_submission.delay(sub.pk, reverify=True)
+                tasks.verify_submission.delay(sub.pk, reverify=True)
             elif sub.status in (Submission.Status.RECEIVED, Submission.Status.VERIFYING):
-                verify_submission.delay(sub.pk)
+                tasks.verify_submission.delay(sub.pk)
             else:
                 continue
             n += 1
@@ -103,7 +128,7 @@ class ResultSeriesInline(admin.StackedInline):
 
 
 @admin.register(Result)
-class ResultAdmin(admin.ModelAdmin):
+class ResultAdmin(RerankingAdmin):
     list_display = ["id", "site", "system", "division", "score_ops", "regulated_score_ops", "max_accuracy",
                     "verification_level", "published", "verifier_version"]
     list_filter = ["division", "published", "verification_level", "rules_version", "verifier_version",
@@ -115,10 +140,8 @@ class ResultAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-verify")
     def reverify(self, request, queryset):
-        from leaderboard.tasks import verify_submission
-
         for r in queryset:
-            verify_submission.delay(r.submission_id, reverify=True)
+            tasks.verify_submission.delay(r.submission_id, reverify=True)
         self.message_user(request, f"{queryset.count()} result(s) queued for re-verification")
 
     @admin.action(description="Publish")

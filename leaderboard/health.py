@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
+from server.celery import app
+
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
@@ -24,8 +26,6 @@ def _database() -> str | None:
 def _broker() -> str | None:
     if not settings.CELERY_BROKER_URL:
         return None  # embedded mode: tasks run in-process
-    from server.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)

@@ -1,88 +1,36 @@
-"""Receiving an upload: the quick synchronous checks, then atomic storage.
+"""Receiving an upload: the quick synchronous checks, then atomic storage, then the verification task.
 
 A bundle that fails a check here leaves nothing behind (no row, no file): the upload is written to
 a temporary file under MEDIA_ROOT/tmp, checked, and either moved to its final place inside the
 transaction that creates the Submission, or deleted. The deeper checks run in the Celery task
-(leaderboard/pipeline.py).
+(leaderboard/tasks.py, leaderboard/pipeline.py). Imports go one way: api/views -> intake -> tasks ->
+pipeline; a refusal is a `leaderboard.errors.Rejected`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import logging
 import os
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from aiperf_runner.spec import bundle as spec_bundle
-from aiperf_runner.spec import eventlog as spec_eventlog
-from aiperf_runner.spec import keys as spec_keys
 from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
+from leaderboard import bundles, tasks
+from leaderboard.errors import Rejected
 from leaderboard.models import Site, SiteKey, Submission
 
 log = logging.getLogger(__name__)
-
-
-class Rejected(Exception):
-    """An upload refused by a named check; `status` is the HTTP status to answer with."""
-
-    def __init__(self, check: str, detail: str, status: int = 400) -> None:
-        super().__init__(detail)
-        self.check = check
-        self.detail = detail
-        self.status = status
-
-
-def tmp_dir() -> Path:
-    path = Path(settings.MEDIA_ROOT) / "tmp"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def bundle_path(digest: str) -> str:
-    """The storage name of a bundle, relative to MEDIA_ROOT."""
-    return f"bundles/{digest[:2]}/{digest}.tar.gz"
 
 
 def too_large(size: int) -> Rejected:
     limit = settings.AIPERF_MAX_UPLOAD_BYTES
     return Rejected("size", f"bundle of {size} bytes is over this service's upload limit of {limit} bytes "
                             "(AIPERF_MAX_UPLOAD_BYTES)", status=413)
-
-
-@contextmanager
-def extracted(path: str | Path):
-    """A bundle safely unpacked into a temporary directory (BundleError -> Rejected 'bundle')."""
-    with tempfile.TemporaryDirectory(prefix="extract-", dir=tmp_dir()) as tmp:
-        root = Path(tmp) / "run"
-        try:
-            spec_bundle.safe_extract(path, root)
-        except spec_bundle.BundleError as exc:
-            raise Rejected("bundle", f"not an acceptable bundle: {exc}") from None
-        yield root
-
-
-def manifest_key(root: Path) -> tuple[dict[str, Any], str]:
-    """The manifest and the fingerprint of the public key it names (computed, not copied)."""
-    try:
-        manifest = spec_bundle.read_manifest(root)
-    except spec_bundle.BundleError as exc:
-        raise Rejected("manifest", str(exc)) from None
-    try:
-        raw = base64.b64decode(str(manifest.get("public_key")), validate=True)
-        fingerprint = spec_keys.fingerprint(raw)
-    except (binascii.Error, ValueError):
-        raise Rejected("manifest", f"{spec_bundle.MANIFEST_NAME} has no valid 'public_key'") from None
-    if not isinstance(manifest.get("run_id"), str) or not manifest["run_id"]:
-        raise Rejected("manifest", f"{spec_bundle.MANIFEST_NAME} has no 'run_id'")
-    return manifest, fingerprint
 
 
 def site_key(site: Site, fingerprint: str) -> SiteKey:
@@ -97,34 +45,6 @@ def site_key(site: Site, fingerprint: str) -> SiteKey:
     return key
 
 
-def check_signature_and_files(root: Path, key: SiteKey) -> None:
-    """The signature of MANIFEST.json by `key`, then every file against the manifest."""
-    body = (root / spec_bundle.MANIFEST_NAME).read_bytes()
-    try:
-        signature = base64.b64decode((root / spec_bundle.SIGNATURE_NAME).read_bytes().strip(), validate=True)
-    except FileNotFoundError:
-        raise Rejected("signature", f"{spec_bundle.SIGNATURE_NAME} missing: the bundle is not signed") from None
-    except (binascii.Error, ValueError):
-        raise Rejected("signature", f"{spec_bundle.SIGNATURE_NAME} is not valid base64") from None
-    if not spec_keys.verify_signature(base64.b64decode(key.public_key), body, signature):
-        raise Rejected("signature", f"bad signature: {spec_bundle.SIGNATURE_NAME} is not {key.fingerprint}'s "
-                                    f"signature of {spec_bundle.MANIFEST_NAME}")
-    findings = spec_bundle.check_manifest(root, pubkey=base64.b64decode(key.public_key))
-    if findings:
-        raise Rejected("manifest", "; ".join(findings))
-
-
-def check_chain(root: Path) -> None:
-    """The main log's hash chain (a line edited, dropped or moved), read as a stream."""
-    try:
-        for _ in spec_eventlog.iter_events(root / "events.jsonl"):
-            pass
-    except FileNotFoundError:
-        raise Rejected("chain", "events.jsonl missing: not a run directory") from None
-    except spec_eventlog.LogError as exc:
-        raise Rejected("chain", f"events.jsonl {exc}") from None
-
-
 def check_run_id(run_id: str) -> None:
     seen = Submission.objects.filter(run_id=run_id).only("pk").first()
     if seen is not None:
@@ -134,11 +54,11 @@ def check_run_id(run_id: str) -> None:
 
 def precheck(path: Path, site: Site) -> tuple[SiteKey, str]:
     """The synchronous checks of a stored upload: (the signing key, the run id) or Rejected."""
-    with extracted(path) as root:
-        manifest, fingerprint = manifest_key(root)
+    with bundles.extracted(path) as root:
+        manifest, fingerprint = bundles.manifest_key(root)
         key = site_key(site, fingerprint)
-        check_signature_and_files(root, key)
-        check_chain(root)
+        bundles.check_signed(root, key.public_key)
+        bundles.check_chain(root)
     check_run_id(manifest["run_id"])
     return key, manifest["run_id"]
 
@@ -149,7 +69,7 @@ class Received:
     created: bool
 
 
-def _spool(upload, dest: Path) -> tuple[str, int]:
+def _spool(upload: UploadedFile, dest: Path) -> tuple[str, int]:
     """Copy the upload to `dest` in chunks; return (sha256, size)."""
     limit = settings.AIPERF_MAX_UPLOAD_BYTES
     digest, size = hashlib.sha256(), 0
@@ -165,11 +85,11 @@ def _spool(upload, dest: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def receive(site: Site, upload) -> Received:
+def receive(site: Site, upload: UploadedFile) -> Received:
     """Check and store an uploaded bundle; queue its verification once the row is committed."""
     if upload.size is not None and upload.size > settings.AIPERF_MAX_UPLOAD_BYTES:
         raise too_large(upload.size)
-    fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar.gz", dir=tmp_dir())
+    fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar.gz", dir=bundles.tmp_dir())
     os.close(fd)
     tmp = Path(name)
     final: Path | None = None
@@ -179,7 +99,7 @@ def receive(site: Site, upload) -> Received:
         if existing is not None:
             return Received(existing, False)
         key, run_id = precheck(tmp, site)
-        rel = bundle_path(digest)
+        rel = bundles.bundle_path(digest)
         try:
             with transaction.atomic():
                 submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id)
@@ -209,6 +129,4 @@ def receive(site: Site, upload) -> Received:
 
 
 def enqueue(submission_id: int) -> None:
-    from leaderboard.tasks import verify_submission
-
-    verify_submission.delay(submission_id)
+    tasks.verify_submission.delay(submission_id)

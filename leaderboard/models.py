@@ -141,7 +141,7 @@ class Submission(models.Model):
         return f"submission {self.pk} ({self.status})"
 
 
-class ResultQuerySet(models.QuerySet):
+class ResultQuerySet(models.QuerySet["Result"]):
     def live(self) -> ResultQuerySet:
         """The results on the live list: published (at once, or after approval) and not withdrawn."""
         return self.filter(published=True, submission__status__in=[Submission.Status.VERIFIED,
@@ -177,6 +177,9 @@ class Result(models.Model):
     verification_level = models.CharField(max_length=16, choices=Level.choices)
     report = models.JSONField(help_text="the verification report (spec.verify) without its series")
     published = models.BooleanField(default=False, db_index=True)
+    # Stored by leaderboard/ranking.py, the one place that ranks; NULL off the live list.
+    rank = models.PositiveIntegerField(null=True, blank=True, db_index=True, editable=False,
+                                       help_text="place by score within the division on the live list")
     published_at = models.DateTimeField(null=True, blank=True)
     verified_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -1,6 +1,7 @@
 """The verification pipeline of one submission (run by the Celery task in leaderboard/tasks.py).
 
-integrity -> schema -> recompute (aiperf_runner.spec.verify) -> rules -> result + report -> status.
+integrity -> schema -> recompute (aiperf_runner.spec.verify) -> rules -> result + report -> rank -> status.
+A bundle that fails is a `leaderboard.errors.Rejected`, stored as the submission's reasons.
 
 Safe to run twice and safe after a worker dies mid-way:
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,7 +37,8 @@ from django.db import transaction
 from django.db.models import F, ProtectedError, Q
 from django.utils import timezone
 
-from leaderboard import intake
+from leaderboard import bundles, ranking
+from leaderboard.errors import Reason, Rejected
 from leaderboard.models import Result, ResultSeries, Submission, System, Trial
 
 log = logging.getLogger(__name__)
@@ -59,14 +60,8 @@ S = Submission.Status
 class Outcome:
     status: str  # what happened: verified, rejected, skipped (claimed elsewhere or already done)
     submission_id: int
-    reasons: list[dict[str, str]] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
     busy_until: datetime | None = None  # skipped because another worker holds a fresh claim
-
-
-class Reject(Exception):
-    def __init__(self, reasons: list[dict[str, str]]) -> None:
-        super().__init__("; ".join(r["message"] for r in reasons))
-        self.reasons = reasons
 
 
 class ClaimLost(Exception):
@@ -75,9 +70,6 @@ class ClaimLost(Exception):
 
 def _step(name: str, submission_id: int) -> None:
     log.debug("submission %s: %s", submission_id, name)
-    delay = settings.AIPERF_PIPELINE_STEP_DELAY_S
-    if delay > 0:
-        time.sleep(delay)
 
 
 # ---- claim -------------------------------------------------------------------------------------
@@ -118,7 +110,7 @@ def run(submission_id: int, *, reverify: bool = False) -> Outcome:
         sub = Submission.objects.select_related("site", "key").get(pk=submission_id)
         try:
             stored = _verify(sub)
-        except Reject as exc:
+        except Rejected as exc:
             _store_rejection(sub, token, exc.reasons)
             log.info("submission %s rejected: %s", submission_id, exc)
             return Outcome(S.REJECTED, submission_id, exc.reasons)
@@ -132,37 +124,32 @@ def run(submission_id: int, *, reverify: bool = False) -> Outcome:
         raise
 
 
-def _reason(check: str, message: str) -> dict[str, str]:
-    return {"check": check, "message": message}
-
-
 def _verify(sub: Submission) -> dict[str, Any]:
     """Everything that reads the bundle; returns what _store_result writes. Writes nothing."""
     _step("integrity", sub.pk)
     key = sub.key
     if key is None:
-        raise Reject([_reason("integrity.key", "the submission has no registered signing key")])
+        raise Rejected("integrity.key", "the submission has no registered signing key")
     if key.revoked:
-        raise Reject([_reason("integrity.key", f"key {key.fingerprint} was revoked on "
-                                               f"{key.revoked_at:%Y-%m-%d %H:%M} UTC")])
+        raise Rejected("integrity.key", f"key {key.fingerprint} was revoked on {key.revoked_at:%Y-%m-%d %H:%M} UTC")
     if not sub.bundle.name:
-        raise Reject([_reason("integrity.bundle", "the stored bundle is missing")])
+        raise Rejected("integrity.bundle", "the stored bundle is missing")
     path = sub.bundle.path
     try:
-        with intake.extracted(path) as root:
-            manifest, fingerprint = intake.manifest_key(root)
+        with bundles.extracted(path) as root:
+            manifest, fingerprint = bundles.manifest_key(root)
             if fingerprint != key.fingerprint:
-                raise Reject([_reason("integrity.signature", f"signed by {fingerprint}, expected {key.fingerprint}")])
+                raise Rejected("integrity.signature", f"signed by {fingerprint}, expected {key.fingerprint}")
             if manifest["run_id"] != sub.run_id:
-                raise Reject([_reason("integrity.run_id", f"run id {manifest['run_id']} differs from the "
-                                                          f"submission's {sub.run_id}")])
+                raise Rejected("integrity.run_id", f"run id {manifest['run_id']} differs from the "
+                                                   f"submission's {sub.run_id}")
 
             _step("schema", sub.pk)
             run_dir = RunDir(root)
             try:
                 run_json = run_dir.run
             except RunIOError as exc:
-                raise Reject([_reason("integrity.run_json", str(exc))]) from None
+                raise Rejected("integrity.run_json", str(exc)) from None
 
             _step("recompute", sub.pk)
             report = verify(root, pubkey=base64.b64decode(key.public_key), require_signature=True)
@@ -170,14 +157,15 @@ def _verify(sub: Submission) -> dict[str, Any]:
             _step("rules", sub.pk)
             failed = [c for c in report["checks"] if not c["passed"]
                       and c["name"].split(".", 1)[0] in BLOCKING_GROUPS]
-            if failed or not report["integrity_ok"] or not report["plausible"]:
-                raise Reject([_reason(c["name"], c["message"]) for c in failed]
-                             or [_reason("integrity", "the verification report failed integrity or plausibility")])
+            if failed:
+                raise Rejected.of([{"check": c["name"], "message": c["message"]} for c in failed])
+            if not report["integrity_ok"] or not report["plausible"]:
+                raise Rejected("integrity", "the verification report failed integrity or plausibility")
             if report["run_id"] != sub.run_id:
-                raise Reject([_reason("integrity.run_id", "the report's run id differs from the submission's")])
+                raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
             trials = _trials(run_dir, report["rules"])
-    except intake.Rejected as exc:
-        raise Reject([_reason(f"integrity.{exc.check}", exc.detail)]) from None
+    except Rejected as exc:
+        raise exc.within("integrity") from None  # a bundle check of the upload, made again here
     return {"report": report, "run": run_json, "trials": trials, "manifest": manifest}
 
 
@@ -230,7 +218,7 @@ def _locked(sub: Submission, token: str) -> Submission:
 
 
 def _system(sub: Submission, run: dict[str, Any]) -> System:
-    facts = run.get("system") if isinstance(run.get("system"), dict) else {}
+    facts: dict[str, Any] = run["system"] if isinstance(run.get("system"), dict) else {}
     model = str(facts.get("accelerator_model") or "cpu")
     known = peaks.lookup(model)
     values = {
@@ -259,6 +247,30 @@ def _started_at(run: dict[str, Any]) -> datetime | None:
     return None
 
 
+def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The figures a Result stores, from the service's verification report and the run's run.json."""
+    return {
+        "division": report["division"],
+        "preset": str(run.get("preset") or ""),
+        "precision": str(run.get("precision") or ""),
+        "score_ops": report["score_ops"],
+        "regulated_score_ops": report["regulated_score_ops"],
+        "max_accuracy": report["max_accuracy"],
+        "duration_s": report["duration_s"],
+        "peak_flops": run_peak(run),
+        "efficiency": efficiency(report["score_ops"], run),
+        "trials_finished": report["trials_finished"],
+        "epochs": report["epochs"],
+        "rules_version": report["rules_version"],
+        "spec_version": report["spec_version"],
+        "runner_version": str(run.get("runner_version") or ""),
+        "verifier_version": VERIFIER_VERSION,
+        "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
+        "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"]},
+        "started_at": _started_at(run),
+    }
+
+
 def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reverify: bool) -> None:
     _step("result", sub.pk)
     report, run = stored["report"], stored["run"]
@@ -266,30 +278,8 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
     with transaction.atomic():
         current = _locked(sub, token)
         publish = not settings.AIPERF_REQUIRE_APPROVAL
-        values = {
-            "site": current.site,
-            "system": _system(current, run),
-            "run_id": current.run_id,
-            "division": report["division"],
-            "preset": str(run.get("preset") or ""),
-            "precision": str(run.get("precision") or ""),
-            "score_ops": report["score_ops"],
-            "regulated_score_ops": report["regulated_score_ops"],
-            "max_accuracy": report["max_accuracy"],
-            "duration_s": report["duration_s"],
-            "peak_flops": run_peak(run),
-            "efficiency": efficiency(report["score_ops"], run),
-            "trials_finished": report["trials_finished"],
-            "epochs": report["epochs"],
-            "rules_version": report["rules_version"],
-            "spec_version": report["spec_version"],
-            "runner_version": str(run.get("runner_version") or ""),
-            "verifier_version": VERIFIER_VERSION,
-            "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
-            "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"]},
-            "verified_at": now,
-            "started_at": _started_at(run),
-        }
+        values = {"site": current.site, "system": _system(current, run), "run_id": current.run_id,
+                  **result_values(report, run), "verified_at": now}
         existing = Result.objects.filter(submission=current).first()
         if existing is None:
             values |= {"published": publish, "published_at": now if publish else None}
@@ -304,9 +294,10 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.claim_token = ""
         current.claimed_at = None
         current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at"])
+        ranking.rerank()
 
 
-def _store_rejection(sub: Submission, token: str, reasons: list[dict[str, str]]) -> None:
+def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None:
     """Rejected: no result, trials or series, no bundle file; the row keeps the reasons."""
     _step("reject", sub.pk)
     with transaction.atomic():
@@ -318,6 +309,7 @@ def _store_rejection(sub: Submission, token: str, reasons: list[dict[str, str]])
                     result.delete()
             except ProtectedError:  # cited by a frozen edition: keep it, off the live list
                 Result.objects.filter(pk=result.pk).update(published=False)
+            ranking.rerank()
         name = current.bundle.name
         current.status = S.REJECTED
         current.reasons = reasons
@@ -338,6 +330,7 @@ def publish(submission: Submission) -> bool:
             published=True, published_at=timezone.now())
         if n:
             Submission.objects.filter(pk=submission.pk).update(status=S.PUBLISHED, updated_at=timezone.now())
+            ranking.rerank()
     return bool(n)
 
 
@@ -347,6 +340,7 @@ def withdraw(submission: Submission) -> bool:
         Result.objects.filter(submission=submission).update(published=False)
         n = Submission.objects.filter(pk=submission.pk, status__in=[S.VERIFIED, S.PUBLISHED]).update(
             status=S.WITHDRAWN, updated_at=timezone.now())
+        ranking.rerank()
     return bool(n)
 
 

@@ -62,6 +62,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# 1: every response says how long Django took (`Server-Timing: app;dur=<ms>`, read by bench/site_latency.py).
+AIPERF_SERVER_TIMING = env.bool("AIPERF_SERVER_TIMING", default=False)
+if AIPERF_SERVER_TIMING:
+    MIDDLEWARE.insert(0, "server.timing.ServerTimingMiddleware")  # first: it times the whole stack
+
 ROOT_URLCONF = "server.urls"
 WSGI_APPLICATION = "server.wsgi.application"
 ASGI_APPLICATION = "server.asgi.application"
@@ -123,8 +128,6 @@ AIPERF_MAX_UPLOAD_BYTES = env.int("AIPERF_MAX_UPLOAD_BYTES", default=512 * 1024 
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads go to a temporary file
 # 1: a verified result waits for an admin's "publish" before it enters the list.
 AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)
-# Tests only: seconds the pipeline sleeps between its steps (to kill a worker mid-verification).
-AIPERF_PIPELINE_STEP_DELAY_S = env.float("AIPERF_PIPELINE_STEP_DELAY_S", default=0.0)
 # Base URL printed in links that leave the request context (management commands, tasks).
 AIPERF_PUBLIC_URL = env.str("AIPERF_PUBLIC_URL", default="http://127.0.0.1:8000")
 

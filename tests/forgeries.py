@@ -18,7 +18,7 @@ from typing import Any
 
 from aiperf_runner.spec.graph import Graph
 
-from tests.runfactory import IMAGENET_DATASET, TestWitness, make_run, registration_of, rewrite_events, small_graph
+from devdata.runfactory import IMAGENET_DATASET, TestWitness, make_run, registration_of, rewrite_events, small_graph
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_BF16 = 989.4e12

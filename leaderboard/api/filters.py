@@ -49,7 +49,7 @@ class SubmissionFilter(df.FilterSet):
 
 
 class RankOrderingFilter(OrderingFilter):
-    """`ordering=rank` (the default) is division, then score, highest first."""
+    """`ordering=rank` (the default) is division, then the list's rank (`list_rank`, set by the view)."""
 
     def get_ordering(self, request, queryset, view):
         ordering = super().get_ordering(request, queryset, view) or []
@@ -57,7 +57,7 @@ class RankOrderingFilter(OrderingFilter):
         for field in ordering:
             if field.lstrip("-") == "rank":
                 desc = field.startswith("-")
-                out += ["division", "score_ops" if desc else "-score_ops"]
+                out += ["division", "-list_rank" if desc else "list_rank"]
             else:
                 out.append(field)
         return out + ["pk"] if out else out

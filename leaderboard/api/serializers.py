@@ -1,6 +1,8 @@
-"""Serializers of the public API. Ranks come from the view's context (leaderboard/ranking.py)."""
+"""Serializers of the public API. Ranks are the stored ones (leaderboard/ranking.py), or an edition's."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
 from drf_spectacular.utils import extend_schema_field
@@ -9,9 +11,7 @@ from rest_framework import serializers
 from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
 
 
-def result_page_url(request, result_id: int | None) -> str | None:
-    if result_id is None:
-        return None
+def result_page_url(request, result_id: int) -> str:
     path = f"/results/{result_id}"
     return request.build_absolute_uri(path) if request is not None else path
 
@@ -72,9 +72,9 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
                   "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision", "preset",
                   "verification_level", "rules_version", "verifier_version", "verified_at"]
 
-    def get_rank(self, result) -> int | None:
-        ranks = self.context.get("ranks") or {}
-        return ranks.get(result.pk)
+    def get_rank(self, result: Result) -> int | None:
+        # `list_rank` when the view says which list (an edition's rank in an edition), else the live rank.
+        return getattr(result, "list_rank", result.rank)
 
     def get_url(self, result) -> str:
         return result_page_url(self.context.get("request"), result.pk)
@@ -156,10 +156,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return r.verification_level if r else None
 
     def get_rank(self, sub) -> int | None:
-        from leaderboard.ranking import rank_of
-
         r = self._result(sub)
-        return rank_of(r) if r else None
+        return r.rank if r else None
 
 
 class SubmissionUploadSerializer(serializers.Serializer):
@@ -175,7 +173,7 @@ class SiteKeySerializer(serializers.ModelSerializer):
         model = SiteKey
         fields = ["id", "fingerprint", "public_key", "label", "site", "created_at", "revoked", "revoked_at"]
         read_only_fields = ["fingerprint", "created_at", "revoked_at"]
-        extra_kwargs = {"public_key": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {"public_key": {"validators": []}}
 
     def validate_public_key(self, value: str) -> str:
         try:

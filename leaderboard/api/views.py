@@ -7,7 +7,7 @@ import base64
 from aiperf_runner.spec import keys as spec_keys
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import Q
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
@@ -25,9 +25,10 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from leaderboard import intake, ranking
+from leaderboard import intake
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
+from leaderboard.errors import Rejected
 from leaderboard.models import Edition, EditionEntry, Result, Site, SiteKey, Submission, System
 
 CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
@@ -40,8 +41,12 @@ RANKED_ORDERING = ["rank", "score_ops", "regulated_score_ops", "max_accuracy", "
                    "verified_at", "system__nodes", "system__accelerator_count"]
 
 
-class RankedResults:
-    """Shared by the leaderboard and results: the live list (or an edition) with ranks in the context."""
+class RankedResults(viewsets.ReadOnlyModelViewSet):
+    """Shared by the leaderboard and results: the live list with its stored ranks, or an edition with its own.
+
+    Each row carries `list_rank`, the rank the serializers show: the stored one (leaderboard/ranking.py)
+    on the live list, the frozen one in an edition.
+    """
 
     filterset_class = filters.ResultFilter
     filter_backends = [DjangoFilterBackend, filters.RankOrderingFilter]
@@ -54,22 +59,22 @@ class RankedResults:
             return None
         return get_object_or_404(Edition, name=name, frozen_at__isnull=False)
 
-    def base_queryset(self):
+    @staticmethod
+    def with_ranks(qs: QuerySet[Result], edition: Edition | None) -> QuerySet[Result]:
+        if edition is None:
+            return qs.annotate(list_rank=F("rank"))
+        entry = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
+        return qs.annotate(list_rank=Subquery(entry.values("rank")[:1]))
+
+    def base_queryset(self) -> QuerySet[Result]:
         edition = self.edition()
         qs = Result.objects.select_related("site", "system")
-        if edition is not None:
-            return qs.filter(edition_entries__edition=edition)
-        return qs.live()
-
-    def get_serializer_context(self):
-        context = super().get_serializer_context()
-        edition = self.edition()
-        context["ranks"] = ranking.edition_ranks(edition) if edition is not None else ranking.live_ranks()
-        return context
+        return self.with_ranks(qs.filter(edition_entries__edition=edition) if edition is not None else qs.live(),
+                               edition)
 
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
-class LeaderboardViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
+class LeaderboardViewSet(RankedResults):
     """The ranked list: by score within a division. Filters: division, accelerator, vendor, country, edition."""
 
     serializer_class = s.LeaderboardEntrySerializer
@@ -79,7 +84,7 @@ class LeaderboardViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
-class ResultViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
+class ResultViewSet(RankedResults):
     """Results on the list, each with its series and verification report."""
 
     def get_queryset(self):
@@ -87,8 +92,8 @@ class ResultViewSet(RankedResults, viewsets.ReadOnlyModelViewSet):
             return self.base_queryset()
         # One result: on the live list, or cited by a frozen edition.
         qs = Result.objects.select_related("site", "system", "series", "submission")
-        return qs.filter(Q(pk__in=Result.objects.live().values("pk"))
-                         | Q(pk__in=EditionEntry.objects.values("result_id")))
+        return self.with_ranks(qs.filter(Q(pk__in=Result.objects.live().values("pk"))
+                                         | Q(pk__in=EditionEntry.objects.values("result_id"))), self.edition())
 
     def get_serializer_class(self):
         return s.ResultDetailSerializer if self.action == "retrieve" else s.LeaderboardEntrySerializer
@@ -157,13 +162,13 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                             status=status.HTTP_400_BAD_REQUEST)
         try:
             received = intake.receive(request.auth, upload)
-        except intake.Rejected as exc:
+        except Rejected as exc:
             return self._refused(exc)
         data = self.get_serializer(received.submission).data
         return Response(data, status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
 
     @staticmethod
-    def _refused(exc: intake.Rejected) -> Response:
+    def _refused(exc: Rejected) -> Response:
         return Response({"detail": exc.detail, "check": exc.check}, status=exc.status)
 
 

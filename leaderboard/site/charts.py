@@ -33,7 +33,7 @@ def _axis(**extra: Any) -> dict[str, Any]:
 
 
 def _layout(**extra: Any) -> dict[str, Any]:
-    layout = {
+    layout: dict[str, Any] = {
         "margin": {"l": 64, "r": 24, "t": 16, "b": 48},
         "font": {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13,
                  "color": "#1b1b1b"},

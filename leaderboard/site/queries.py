@@ -1,22 +1,45 @@
 """The database reads of the pages: the ranked list (live or a frozen edition), filters, sorting, ranks.
 
 Every page issues a fixed number of queries whatever the number of rows: related objects come with
-`select_related`, ranks of a page come from one window-function query (the rank of a result is its
-place in the whole division, even when the list is filtered — as in leaderboard/ranking.py).
+`select_related`, and ranks are read, never computed: the live list's from `Result.rank` (stored by
+leaderboard/ranking.py: a result's place in its whole division, even when the list is filtered), a
+frozen edition's from its entries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.core.paginator import Page, Paginator
-from django.db import connection
-from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Window
-from django.db.models.functions import Coalesce, Rank
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
 from leaderboard.models import Division, Edition, EditionEntry, Result
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class ListFigures(TypedDict):
+    """The figures of a row as they stand on its list (live, or a frozen edition): see _base."""
+
+    ldivision: str
+    lrank: int | None
+    lscore: float
+    lregulated: float
+    ldate: datetime
+
+
+class EditionFigures(TypedDict):
+    n: int
+    top: float | None
+    total: float | None
+
+
+ListResult: TypeAlias = "WithAnnotations[Result, ListFigures]"
 
 PER_PAGE_CHOICES = (25, 50, 100, 250, 500)
 DEFAULT_PER_PAGE = 100
@@ -26,7 +49,7 @@ FILTERS = ("division", "accelerator", "vendor", "country", "edition")
 
 # sort key -> (label, ORM ordering ascending, first click descending?)
 SORTS: dict[str, tuple[str, list[str], bool]] = {
-    "rank": ("Rank", [], False),  # filled in per list (live / edition)
+    "rank": ("Rank", [], False),  # division first, in either direction: see _ordering
     "system": ("System", ["system__name", "system__accelerator_model", "system__nodes"], False),
     "site": ("Site", ["site__name"], False),
     "country": ("Country", ["site__country"], False),
@@ -141,27 +164,28 @@ class ListView:
 
 
 # The columns a list row shows or exports (fewer columns, faster rows).
-LIST_FIELDS = ("division", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
-               "rules_version", "verified_at", "published_at", "site", "system", "score_ops",
+LIST_FIELDS = ("division", "rank", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision",
+               "preset", "rules_version", "verified_at", "published_at", "site", "system", "score_ops",
                "regulated_score_ops", "site__name", "site__country", "system__name", "system__vendor",
                "system__accelerator_model", "system__accelerator_count", "system__nodes", "system__cpu_model")
 
 
-def _base(edition: Edition | None) -> QuerySet[Result]:
+def _base(edition: Edition | None) -> QuerySet[ListResult]:
+    """The rows of a list with the figures as they stand on it: l(ist)division, lrank, lscore, lregulated, ldate."""
     qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS)
     if edition is None:
-        return qs.live().annotate(ldivision=F("division"), lscore=F("score_ops"),
+        return qs.live().annotate(ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"),
                                   lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
     entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
     return qs.filter(edition_entries__edition=edition).annotate(
         ldivision=Subquery(entries.values("division")[:1]),
-        erank=Subquery(entries.values("rank")[:1]),
+        lrank=Subquery(entries.values("rank")[:1]),
         lscore=Subquery(entries.values("score_ops")[:1]),
         lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
         ldate=Coalesce("published_at", "verified_at"))
 
 
-def _filtered(qs: QuerySet[Result], p: ListParams) -> QuerySet[Result]:
+def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
     if p.division:
         qs = qs.filter(ldivision=p.division)
     if p.accelerator:
@@ -173,14 +197,11 @@ def _filtered(qs: QuerySet[Result], p: ListParams) -> QuerySet[Result]:
     return qs
 
 
-def _ordering(p: ListParams, edition: Edition | None) -> list[Any]:
+def _ordering(p: ListParams) -> list[Any]:
     key = p.sort.lstrip("-")
     desc = p.sort.startswith("-")
     if key == "rank":
-        fields = ["ldivision", "erank" if edition else "-lscore"]
-        if desc:
-            fields = ["ldivision", "-erank" if edition else "lscore"]
-        return [*fields, "pk"]
+        return ["ldivision", "-lrank" if desc else "lrank", "pk"]
     out: list[Any] = []
     for name in SORTS[key][1]:
         expr = F(name)
@@ -188,27 +209,7 @@ def _ordering(p: ListParams, edition: Edition | None) -> list[Any]:
     return [*out, "ldivision", "-lscore", "pk"]
 
 
-def page_ranks(ids: list[int], edition: Edition | None = None) -> dict[int, int]:
-    """{result id: rank within its division} of the live list, for these ids, in one query."""
-    if not ids:
-        return {}
-    inner = Result.objects.live().order_by().annotate(
-        rid=F("pk"), rk=Window(Rank(), partition_by=[F("division")], order_by=[F("score_ops").desc()])
-    ).values("rid", "rk")
-    sql, params = inner.query.sql_with_params()
-    holes = ", ".join(["%s"] * len(ids))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT t.rid, t.rk FROM ({sql}) t WHERE t.rid IN ({holes})", (*params, *ids))
-        return {int(pk): int(rk) for pk, rk in cursor.fetchall()}
-
-
-def all_live_ranks() -> dict[int, int]:
-    inner = Result.objects.live().order_by().annotate(
-        rk=Window(Rank(), partition_by=[F("division")], order_by=[F("score_ops").desc()])).values_list("pk", "rk")
-    return dict(inner)
-
-
-def options(base: QuerySet[Result]) -> dict[str, list[str]]:
+def options(base: QuerySet[ListResult]) -> dict[str, list[str]]:
     """The values the filter menus offer: those present on this list (one query)."""
     triples = (base.order_by().values_list("system__accelerator_model", "system__vendor", "site__country")
                .distinct())
@@ -229,7 +230,7 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
         if edition is None:
             raise Edition.DoesNotExist(p.edition)
     base = _base(edition)
-    qs = _filtered(base, p).order_by(*_ordering(p, edition))
+    qs = _filtered(base, p).order_by(*_ordering(p))
     page = None
     if p.per is None:
         results = list(qs)
@@ -240,17 +241,13 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
         p.page = page.number
         results = list(page.object_list)
         total = paginator.count
-    if edition is None:
-        ranks = all_live_ranks() if p.per is None else page_ranks([r.pk for r in results])
-        rows = [Row(r, ranks.get(r.pk), r.lscore, r.lregulated) for r in results]
-    else:
-        rows = [Row(r, r.erank, r.lscore, r.lregulated) for r in results]
+    rows = [Row(r, r.lrank, r.lscore, r.lregulated) for r in results]
     return ListView(p, edition, rows, page, total, options(base) if with_options else {})
 
 
 # ---- other pages ---------------------------------------------------------------------------------
 
-def edition_index() -> list[Edition]:
+def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
     return list(frozen_editions().annotate(n=Count("entries"), top=Max("entries__score_ops"),
                                            total=Sum("entries__score_ops")).order_by("-name"))
 

@@ -13,6 +13,9 @@ import io
 import json
 from typing import Any
 
+import aiperf_runner
+from aiperf_runner.spec import SPEC_VERSION, scoring
+from aiperf_runner.spec import rules as spec_rules
 from django.conf import settings
 from django.db.models import Count, Max, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -22,6 +25,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
+from leaderboard.pipeline import VERIFIER_VERSION
 from leaderboard.site import charts, queries
 from leaderboard.site import format as fmt
 from leaderboard.site.queries import SORTS, ListParams
@@ -205,9 +209,6 @@ def _visible_result(pk: int) -> Result:
 
 
 def result(request: HttpRequest, pk: int) -> HttpResponse:
-    from aiperf_runner.spec import rules as spec_rules
-    from aiperf_runner.spec.scoring import series_window
-
     r = _visible_result(pk)
     points = ResultSeries.objects.filter(result=r).values_list("points", flat=True).first() or []
     trials = list(r.trials.order_by("trial"))
@@ -218,7 +219,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError:
         th = {}
     fraction = th.get("stability_window", 0.5)
-    window = series_window(points, fraction) if points else []
+    window = scoring.series_window(points, fraction) if points else []
     window_start = window[0]["t"] if window else None
     stability = next((c for c in checks if c.get("name") == "stability.score_cv"), None)
     label = f"steady-state window: last {fraction:.0%} of the run"
@@ -245,8 +246,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
                       "failed": sum(not c["passed"] for c in cs)} for g, cs in groups.items()]
 
     live = Result.objects.live().filter(pk=r.pk).exists()
-    # its place in the division (as leaderboard/ranking.py: equal scores share a rank)
-    rank = Result.objects.live().filter(division=r.division, score_ops__gt=r.score_ops).count() + 1 if live else None
+    rank = r.rank if live else None  # stored by leaderboard/ranking.py
     edition_ranks = list(EditionEntry.objects.filter(result=r, edition__frozen_at__isnull=False)
                          .select_related("edition").order_by("-edition__name"))
     s = r.system
@@ -278,7 +278,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "site/result.html", context)
 
 
-def result_bundle(request: HttpRequest, pk: int) -> HttpResponse:
+def result_bundle(request: HttpRequest, pk: int) -> FileResponse:
     r = _visible_result(pk)
     bundle = r.submission.bundle
     if not bundle.name or not bundle.storage.exists(bundle.name):
@@ -336,9 +336,12 @@ def result_series(request: HttpRequest, pk: int, ext: str) -> HttpResponse:
 
 # ---- systems and sites ---------------------------------------------------------------------------
 
-def _results_table(results: list[Result], ranks: dict[int, int], live_ids: set[int]) -> list[dict[str, Any]]:
+def _results_table(results: list[Result]) -> list[dict[str, Any]]:
+    """Rows of a system's or a site's results; `rank` is the stored live rank (None off the live list)."""
+    live_ids = set(Result.objects.live().filter(pk__in=[r.pk for r in results]).values_list("pk", flat=True))
     return [{
-        "r": r, "url": reverse("result", args=[r.pk]), "rank": ranks.get(r.pk), "live": r.pk in live_ids,
+        "r": r, "url": reverse("result", args=[r.pk]), "rank": r.rank if r.pk in live_ids else None,
+        "live": r.pk in live_ids,
         "score": fmt.ops(r.score_ops), "regulated": fmt.ops(r.regulated_score_ops),
         "accuracy": fmt.percent(r.max_accuracy, 2),
         "efficiency": fmt.percent(r.efficiency) if r.efficiency is not None else "–",
@@ -348,18 +351,11 @@ def _results_table(results: list[Result], ranks: dict[int, int], live_ids: set[i
     } for r in results]
 
 
-def _with_ranks(results: list[Result]) -> tuple[dict[int, int], set[int]]:
-    ids = [r.pk for r in results]
-    live_ids = set(Result.objects.live().filter(pk__in=ids).values_list("pk", flat=True))
-    return queries.page_ranks(sorted(live_ids)), live_ids
-
-
 def system(request: HttpRequest, pk: int) -> HttpResponse:
     s = get_object_or_404(System.objects.select_related("site"), pk=pk)
     results = list(queries.visible_results().filter(system=s).select_related("site", "system").defer("report")
                    .order_by("verified_at", "pk"))
-    ranks, live_ids = _with_ranks(results)
-    table = _results_table(results, ranks, live_ids)
+    table = _results_table(results)
     charts_html = {}
     if results:
         charts_html["history"] = charts.score_history(
@@ -399,7 +395,6 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
     st = get_object_or_404(Site.objects.prefetch_related("keys"), pk=pk)
     results = list(queries.visible_results().filter(site=st).select_related("site", "system").defer("report")
                    .order_by("-score_ops", "pk"))
-    ranks, live_ids = _with_ranks(results)
     systems = list(System.objects.filter(site=st).annotate(
         n=Count("results", filter=Q(results__in=Result.objects.live())),
         best=Max("results__score_ops", filter=Q(results__in=Result.objects.live()))).order_by("accelerator_model",
@@ -412,7 +407,7 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
               "regulated": r.regulated_score_ops, "label": f"result {r.pk}: {fmt.system_label(r.system)}"}
              for r in by_date), div_id="chart-site-history")
     context = {
-        "st": st, "country_name": fmt.country(st.country), "table": _results_table(results, ranks, live_ids),
+        "st": st, "country_name": fmt.country(st.country), "table": _results_table(results),
         "systems": [{"s": x, "url": reverse("system-page", args=[x.pk]), "label": fmt.system_label(x), "n": x.n,
                      "best": fmt.ops(x.best)} for x in systems],
         "keys": list(st.keys.all()), "charts": charts_html, "nav": "list",
@@ -462,12 +457,6 @@ def statistics(request: HttpRequest) -> HttpResponse:
 
 
 def methodology(request: HttpRequest) -> HttpResponse:
-    import aiperf_runner
-    from aiperf_runner.spec import SPEC_VERSION, scoring
-    from aiperf_runner.spec import rules as spec_rules
-
-    from leaderboard.pipeline import VERIFIER_VERSION
-
     th = spec_rules.thresholds()
     rows = [{"name": k, "value": fmt.number(v)} for k, v in th.items()]
     context = {

@@ -1,4 +1,4 @@
-"""Fixtures of the service tests: sites with tokens and keys, signed bundles from tests/runfactory.py.
+"""Fixtures of the service tests: sites with tokens and keys, signed bundles from devdata/runfactory.py.
 
 The default tests run on SQLite with Celery tasks in-process (the embedded mode); the files named
 test_e2e_* run the service on PostgreSQL, Redis and a real Celery worker in subprocesses.
@@ -17,7 +17,7 @@ from aiperf_runner.spec import bundle, keys
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from rest_framework.test import APIClient
 
-from tests.runfactory import make_run
+from devdata.runfactory import make_run
 
 _seq = itertools.count()
 

@@ -134,9 +134,14 @@ class Stack:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
-    def start_worker(self, name: str = "worker", **env: str) -> subprocess.Popen:
-        proc = self.spawn(name, [str(BIN / "celery"), "-A", "server", "worker", "-Q", self.name, "--concurrency", "1",
-                                 "--pool", "prefork", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO"], **env)
+    def start_worker(self, name: str = "worker", *, verify_delay_s: float | None = None) -> subprocess.Popen:
+        """A Celery worker on this stack's queue; `verify_delay_s`: one that sleeps that long inside each
+        verification (tests/service/slow_worker.py), to be killed there."""
+        program = [str(BIN / "celery"), "-A", "server", "worker"]
+        if verify_delay_s is not None:
+            program = [sys.executable, "-m", "tests.service.slow_worker", str(verify_delay_s)]
+        proc = self.spawn(name, [*program, "-Q", self.name, "--concurrency", "1", "--pool", "prefork",
+                                 "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO"])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if proc.poll() is not None:

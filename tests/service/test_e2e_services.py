@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runfactory import make_run
+from devdata.runfactory import make_run
 from tests.service.stack import BIN, Stack, require_services
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -92,8 +92,8 @@ def test_worker_killed_mid_verification_then_restarted(stack, tmp_path):
     run = tmp_path / "run-c"
     make_run(run, slots=2, trials=4, seed=3)
 
-    # A worker that sleeps 2 s between pipeline steps, so it is surely inside the task when killed.
-    stack.start_worker("slow-worker", AIPERF_PIPELINE_STEP_DELAY_S="2")
+    # A worker that sleeps 30 s inside the verification, so it is surely inside the task when killed.
+    stack.start_worker("slow-worker", verify_delay_s=30)
     sub = stack.submit(run, token, config, "--no-wait")
     assert sub["status"] in ("received", "verifying"), sub
     wait_status(stack, sub["submission"], ("verifying",), timeout=60)

@@ -69,3 +69,9 @@ def test_celery_settings_for_safe_redelivery():
     assert "leaderboard.tasks.verify_submission" in app.tasks
     assert {e["task"] for e in app.conf.beat_schedule.values()} == {"leaderboard.tasks.reverify_stale",
                                                                      "leaderboard.tasks.resume_stuck"}
+
+
+def test_server_timing_is_wired_by_its_setting():
+    code = "from django.conf import settings as s; print(s.MIDDLEWARE[0])"
+    assert _settings({"AIPERF_SERVER_TIMING": "1"}, code).stdout.strip() == "server.timing.ServerTimingMiddleware"
+    assert _settings({}, code).stdout.strip() != "server.timing.ServerTimingMiddleware"

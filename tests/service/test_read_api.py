@@ -8,7 +8,7 @@ import io
 import pytest
 from rest_framework.test import APIClient
 
-from leaderboard import ranking
+from leaderboard import pipeline, ranking
 from leaderboard.models import Edition, Result, Site, System
 from tests.service.conftest import new_site, upload
 
@@ -112,7 +112,7 @@ def test_systems_sites_editions(populated):
     assert eds["results"][0]["name"] == "2026-11" and eds["results"][0]["entries"] == 4
     # After the freeze the live list changes; the edition does not.
     top = Result.objects.order_by("-score_ops").first()
-    Result.objects.filter(pk=top.pk).update(published=False)
+    assert pipeline.withdraw(top.submission)  # off the live list, the way the service takes it off (re-ranked)
     live = populated.get("/api/v1/leaderboard/").json()
     frozen = populated.get("/api/v1/leaderboard/?edition=2026-11").json()
     assert live["count"] == 3 and live["results"][0]["rank"] == 1

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from aiperf_runner.spec import bundle, keys
 
+from devdata.runfactory import rewrite_events
 from leaderboard.models import Result, ResultSeries, SiteKey, Submission, System, Trial
-from tests.runfactory import rewrite_events
 from tests.service.conftest import nothing_left, tar_with, upload
 
 

@@ -12,7 +12,7 @@ from aiperf_runner.cli import app
 from aiperf_runner.spec import bundle, keys
 from typer.testing import CliRunner
 
-from tests.runfactory import make_run
+from devdata.runfactory import make_run
 from tests.verify.test_verify import FIELDS
 
 runner = CliRunner()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from aiperf_runner.spec.verify import verify as spec_verify
 
+from devdata.runfactory import TestWitness
 from tests.forgeries import FORGERIES, Forgery, forged_copy, honest, honest_registration
-from tests.runfactory import TestWitness
 
 WITNESS = TestWitness()
 
@@ -53,7 +53,7 @@ def test_a_copy_with_a_new_run_id_has_the_same_epoch_fingerprints(honest_run: Pa
 
 
 def test_v1_compat_is_verified_but_never_official(tmp_path: Path) -> None:
-    from tests.runfactory import make_run
+    from devdata.runfactory import make_run
     run = make_run(tmp_path / "run", preset="imagenet", slots=8, trials=32, epochs=4, epoch_seconds=250.0,
                    precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=8,
                    rules="v1-compat", witness=WITNESS)
@@ -66,7 +66,7 @@ def test_a_kernel_larger_than_its_input_makes_the_graph_invalid_under_v1_compat(
     from aiperf_runner.spec.flops import flops_per_image
     from aiperf_runner.spec.graph import GraphError
 
-    from tests.runfactory import small_graph
+    from devdata.runfactory import small_graph
 
     g = small_graph(8 * 200, image_size=16)  # > 175 layers: the v1-compat quirk applies to the late convs
     with pytest.raises(GraphError, match="smaller than 1x1"):

@@ -13,7 +13,7 @@ from aiperf_runner.spec import verify as spec_verify
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
 
-from tests.runfactory import RunBuilder, TestWitness, make_run, registration_of, rewrite_events, small_graph
+from devdata.runfactory import RunBuilder, TestWitness, make_run, registration_of, rewrite_events, small_graph
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_BF16 = 989.4e12

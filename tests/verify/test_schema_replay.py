@@ -13,7 +13,7 @@ from aiperf_runner.runstate import RunState
 from aiperf_runner.spec import replay, schema
 from aiperf_runner.spec.eventlog import iter_events
 
-from tests.runfactory import TestWitness, make_run
+from devdata.runfactory import TestWitness, make_run
 
 REPO = Path(__file__).resolve().parents[2]
 

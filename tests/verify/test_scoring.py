@@ -11,7 +11,7 @@ from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.scoring import score_run
 
-from tests.runfactory import RunBuilder, small_graph
+from devdata.runfactory import RunBuilder, small_graph
 
 # Per-image FLOPs injected for the hand-computed runs: train 3, eval 1 (t0000) and 5, 2 (t0001).
 STUB = {"t0000": (3.0, 1.0), "t0001": (5.0, 2.0)}

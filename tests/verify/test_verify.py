@@ -1,4 +1,4 @@
-"""verify() on run directories and bundles made by tests/runfactory.py, and the report's shape."""
+"""verify() on run directories and bundles made by devdata/runfactory.py, and the report's shape."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.scoring import score_run
 from aiperf_runner.spec.verify import REPORT_FIELDS, verify
 
-from tests.runfactory import make_run
+from devdata.runfactory import make_run
 
 # docs/internals.md, "Verification"
 FIELDS = {"integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
@@ -174,7 +174,7 @@ def test_prefetch_analyses_each_distinct_graph_once(tmp_path: Path) -> None:
 def test_trial_ids_from_the_log_never_name_other_paths(tmp_path: Path) -> None:
     from aiperf_runner.spec.runio import RunDir, RunIOError
 
-    from tests.runfactory import rewrite_events
+    from devdata.runfactory import rewrite_events
 
     run = make_run(tmp_path / "run", slots=1, trials=2, epochs=2).path
     (tmp_path / "graph.json").write_text((run / "trials" / "t0000" / "graph.json").read_text())

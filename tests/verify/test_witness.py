@@ -12,8 +12,8 @@ from aiperf_runner.spec.eventlog import encode
 from aiperf_runner.spec.verify import verify as spec_verify
 from aiperf_runner.spec.witness import ServiceRecords
 
+from devdata.runfactory import TestWitness, make_run, rewrite_events
 from tests.forgeries import HONEST, honest_registration
-from tests.runfactory import TestWitness, make_run, rewrite_events
 
 WITNESS = TestWitness(interval=60.0)
 

@@ -13,7 +13,7 @@ def site_urls(settings):
 @pytest.fixture
 def demo_data():
     """demo_data(n, seed=1) -> Summary: replace the demo data with n generated results."""
-    from leaderboard.site import demo
+    from devdata import demo
 
     def make(n: int, seed: int = 1):
         return demo.generate(n, seed=seed)
@@ -28,8 +28,8 @@ def real_result(transactional_db, settings, tmp_path):
     Returns (Result, bundle bytes)."""
     from aiperf_runner.spec import bundle
 
+    from devdata.runfactory import make_run
     from leaderboard.models import Result
-    from tests.runfactory import make_run
     from tests.service.conftest import new_site, upload
 
     settings.MEDIA_ROOT = tmp_path / "media"

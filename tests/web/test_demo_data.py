@@ -9,8 +9,8 @@ from aiperf_runner.spec import scoring
 from aiperf_runner.spec.rules import thresholds
 from django.core.management import CommandError, call_command
 
+from devdata import demo
 from leaderboard.models import Edition, EditionEntry, Result, ResultSeries, Site, Submission, System, Trial
-from leaderboard.site import demo
 
 pytestmark = pytest.mark.django_db
 

@@ -10,6 +10,6 @@ pytestmark = pytest.mark.django_db
 
 
 def test_server_timing_header(client, settings):
-    settings.MIDDLEWARE = ["leaderboard.site.timing.ServerTimingMiddleware", *settings.MIDDLEWARE]
+    settings.MIDDLEWARE = ["server.timing.ServerTimingMiddleware", *settings.MIDDLEWARE]
     resp = client.get("/methodology")
     assert re.fullmatch(r"app;dur=\d+\.\d\d", resp["Server-Timing"])

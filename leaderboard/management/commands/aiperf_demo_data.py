@@ -1,4 +1,4 @@
-"""Fill a development database with generated results (leaderboard/site/demo.py).
+"""Fill a development database with generated results (devdata/demo.py, in a development checkout).
 
     manage.py aiperf_demo_data --results 500          replace the demo data with 500 generated results
     manage.py aiperf_demo_data --clear                remove the demo data only
@@ -10,11 +10,23 @@ editions noted "[demo]") and never mixes with real data: running the command aga
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from leaderboard.site import demo
+
+def _demo() -> ModuleType:
+    # devdata/ lives beside the service in a checkout, not in the service's image (Dockerfile).
+    try:
+        return importlib.import_module("devdata.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("devdata", "devdata.demo"):
+            raise
+        raise CommandError("demo data needs the development package devdata/ of a source checkout "
+                           "(run manage.py from the repository root)") from None
 
 
 class Command(BaseCommand):
@@ -30,6 +42,7 @@ class Command(BaseCommand):
         if not settings.DEBUG and not opts["force"]:
             raise CommandError("DEBUG is off: this looks like a production database. Demo data is for development; "
                                "pass --force to write it anyway.")
+        demo = _demo()
         if opts["clear"]:
             with transaction.atomic():
                 n = demo.clear()

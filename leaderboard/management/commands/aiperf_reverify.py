@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from leaderboard import pipeline
+from leaderboard import pipeline, tasks
 from leaderboard.models import Submission
 
 
@@ -28,10 +28,8 @@ class Command(BaseCommand):
         ids = list(qs.order_by("pk").values_list("pk", flat=True))
         self.stdout.write(f"{len(ids)} result(s) to re-verify with {pipeline.VERIFIER_VERSION}")
         if opts["queue"]:
-            from leaderboard.tasks import verify_submission
-
             for pk in ids:
-                verify_submission.delay(pk, reverify=True)
+                tasks.verify_submission.delay(pk, reverify=True)
             self.stdout.write(f"queued {len(ids)}")
             return
         counts: dict[str, int] = {}

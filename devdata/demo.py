@@ -1,10 +1,12 @@
 """Generated demo data for development, screenshots and bench/site_latency.py (`manage.py aiperf_demo_data`).
 
-Sites, systems, keys, submissions, results with their series, verification reports and trials, and
-frozen editions — all plausible, none real. The numbers hang together the way verified ones do: the
-series sits on `aiperf_runner.spec.scoring`'s grid, the regulated score is `spec.scoring.regulated_score`
-of the score and best accuracy, the stability check's value is the spec's coefficient of variation over
-the spec's window, and the division and level follow from the checks as in leaderboard/pipeline.py.
+Sites (with signing keys), systems in families of node counts, submissions, results with their
+series, verification reports and trials, and June/November editions — all plausible, none real.
+The figures hang together the way verified ones do: the series sits on `aiperf_runner.spec.scoring`'s
+grid and its regulated score is `spec.scoring.regulated_score`; the verification report is one that
+`spec.verify` really gave a generated run, with the demo's figures checked again by `spec.rules`
+(devdata/reports.py); the Result is filled in by the pipeline's own `result_values`, ranked by
+leaderboard/ranking.py, and past editions are frozen by it too.
 
 How demo data is marked (the models have no flag of their own):
 - every demo site's `url` starts with DEMO_URL (an `.invalid` host, RFC 2606);
@@ -24,22 +26,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiperf_runner
+from aiperf_runner.spec import SPEC_VERSION, peaks, scoring
+from aiperf_runner.spec import keys as spec_keys
 from django.db import transaction
 from django.utils import timezone
 
-from leaderboard.models import (
-    Division,
-    Edition,
-    EditionEntry,
-    Result,
-    ResultSeries,
-    Site,
-    SiteKey,
-    Submission,
-    System,
-    Trial,
-    hash_token,
-)
+from devdata import reports
+from leaderboard import pipeline, ranking
+from leaderboard.models import Edition, Result, ResultSeries, Site, SiteKey, Submission, System, Trial, hash_token
 
 DEMO_URL = "https://demo.aiperf.invalid/"
 DEMO_NOTE = "[demo]"
@@ -90,21 +85,20 @@ def is_demo_result(result: Result) -> bool:
 
 
 def clear() -> int:
-    """Remove every demo object (and nothing else); the number of demo results removed."""
+    """Remove every demo object (and nothing else), and rank what is left; the number of demo results removed."""
     sites = Site.objects.filter(url__startswith=DEMO_URL)
     results = Result.objects.filter(site__in=sites)
     n = results.count()
-    EditionEntry.objects.filter(result__in=results).delete()
     Edition.objects.filter(notes__startswith=DEMO_NOTE).delete()
-    Trial.objects.filter(result__in=results).delete()
-    ResultSeries.objects.filter(result__in=results).delete()
-    # The children are gone: delete without the collector loading every row (PROTECT would still be
-    # enforced by the database's foreign keys).
-    results._raw_delete(results.db)
-    Submission.objects.filter(site__in=sites)._raw_delete(Submission.objects.db)
-    System.objects.filter(site__in=sites)._raw_delete(System.objects.db)
+    # Children first, each in one DELETE; then the rows themselves without loading their reports.
+    for model in (Trial, ResultSeries):
+        model.objects.filter(result__in=results).delete()
+    results.only("pk").delete()
+    Submission.objects.filter(site__in=sites).only("pk").delete()
+    System.objects.filter(site__in=sites).only("pk").delete()
     SiteKey.objects.filter(site__in=sites).delete()
     sites.delete()
+    ranking.rerank()
     return n
 
 
@@ -112,76 +106,11 @@ def _hex(rng: random.Random, n: int = 64) -> str:
     return f"{rng.getrandbits(4 * n):0{n}x}"
 
 
-def _insert(model, rows: list[dict[str, Any]], chunk: int = 5000) -> int:
-    """INSERT rows (dicts of attname -> value): COPY on PostgreSQL, executemany elsewhere. Much faster than
-    bulk_create for the hundreds of thousands of trials of a big demo list. Missing fields take their default."""
-    import json
-
-    from django.db import connection
-    from django.db.models import JSONField
-
-    pk = model._meta.pk
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key or (rows and pk.attname in rows[0])]
-    qn = connection.ops.quote_name
-    table, columns = qn(model._meta.db_table), ", ".join(qn(f.column) for f in fields)
-    defaults = {f.attname: f.get_default() for f in fields}
-    json_fields = [i for i, f in enumerate(fields) if isinstance(f, JSONField)]
-
-    def values(row: dict[str, Any], encode) -> list[Any]:
-        out = [row[f.attname] if f.attname in row else defaults[f.attname] for f in fields]
-        for i in json_fields:
-            out[i] = encode(i, out[i])
-        return out
-
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(values(row, lambda i, v: json.dumps(v, separators=(",", ":"))))
-        else:
-            for start in range(0, len(rows), chunk):
-                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})",
-                                   [values(row, lambda i, v: fields[i].get_db_prep_save(v, connection))
-                                    for row in rows[start:start + chunk]])
-    return len(rows)
-
-
-def _reserve_ids(model, n: int) -> list[int]:
-    """n primary keys for rows inserted with explicit ids (inside the generating transaction)."""
-    from django.db import connection
-
-    table, column = model._meta.db_table, model._meta.pk.column
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-                           [table, column, n])
-            return [row[0] for row in cursor.fetchall()]
-        qn = connection.ops.quote_name
-        cursor.execute(f"SELECT COALESCE(MAX({qn(column)}), 0) FROM {qn(table)}")
-        top = cursor.fetchone()[0]
-        return list(range(top + 1, top + 1 + n))
-
-
-def _check(name: str, threshold: Any, measured: Any, passed: bool, message: str) -> dict[str, Any]:
-    return {"name": name, "threshold": threshold, "measured": measured, "passed": bool(passed), "message": message}
-
-
 class Generator:
     def __init__(self, n_results: int, seed: int = 1, now: datetime | None = None) -> None:
-        from aiperf_runner.spec import SPEC_VERSION, peaks, scoring
-        from aiperf_runner.spec import rules as spec_rules
-
-        from leaderboard.pipeline import VERIFIER_VERSION
-
         self.n = n_results
         self.rng = random.Random(seed)
         self.now = now or timezone.now()
-        self.peaks, self.scoring, self.spec_rules = peaks, scoring, spec_rules
-        self.th = spec_rules.thresholds()
-        self.spec_version, self.verifier_version = SPEC_VERSION, VERIFIER_VERSION
-        import aiperf_runner
-
-        self.runner_version = aiperf_runner.__version__
         self.span_days = 900 if n_results >= 50 else 400
 
     # ---- sites and systems ---------------------------------------------------------------------------
@@ -211,7 +140,9 @@ class Generator:
                 model, per_node, precision, interconnect, eff, age, weight, short = rng.choices(
                     ACCELERATORS, weights=[a[6] for a in ACCELERATORS])[0]
                 family = rng.choice(SYSTEM_NAMES) if rng.random() > 0.25 else ""
-                known = self.peaks.lookup(model)
+                known = peaks.lookup(model)
+                if known is None:
+                    raise LookupError(f"{model!r} is not in aiperf_runner.spec.peaks: demo systems need its peaks")
                 start = rng.choice([1, 1, 2, 4, 8, 16])
                 steps = rng.choices([1, 2, 3, 4, 5, 6], weights=[3, 3, 3, 2, 2, 1])[0]
                 cpu = rng.choice(CPUS)
@@ -234,8 +165,9 @@ class Generator:
         return out
 
     # ---- one result ------------------------------------------------------------------------------------
-    def result(self, system: System, info: dict[str, Any]) -> dict[str, Any]:
-        rng, sc, th = self.rng, self.scoring, self.th
+    def figures(self, system: System, info: dict[str, Any]) -> dict[str, Any]:
+        """The figures of one generated run of `system`: preset, precision, series, trials, ..."""
+        rng = self.rng
         preset = rng.choices(["imagenet", "cifar", "smoke"], weights=[78, 14, 8])[0]
         precision = info["precision"] if rng.random() > 0.1 else rng.choice(["fp32", "tf32", "bf16", "fp16"])
         if preset == "imagenet":
@@ -253,37 +185,35 @@ class Generator:
         if preset != "imagenet":
             eff *= rng.uniform(0.3, 0.6)
         score = peak * eff
-        stable = rng.random() > 0.08
-        points = self.series(duration, score, accuracy, stable)
-        window = sc.series_window(points, th["stability_window"])
-        cv = sc.coefficient_of_variation(p["score"] for p in window)
-        stable_ok = cv is not None and cv <= th["max_score_cv"] and len(window) >= th["min_stability_points"]
-        final = points[-1]
+        points = self.series(duration, score, accuracy, stable=rng.random() > 0.08)
         slots = min(system.nodes, 12)
         trials = self.trials(slots, duration, accuracy, preset)
-        epochs = sum(t["epochs"] for t in trials)
-        valid = {
-            "preset": preset == th["official_preset"], "duration": duration >= th["min_duration_s"],
-            "precision": precision in th["precisions"], "accuracy": final["max_accuracy"] >= th["min_max_accuracy"],
+        return {"preset": preset, "precision": precision, "duration": duration, "peak": peak, "points": points,
+                "slots": slots, "trials": trials, "epoch_ratio": min(score / peak * rng.uniform(1.05, 1.5), 0.99)}
+
+    @staticmethod
+    def values(system: System, g: dict[str, Any], run_id: str, fingerprint: str, started: datetime) -> dict[str, Any]:
+        """The Result's values of a generated run (`figures`), as the pipeline stores a verified one."""
+        slots, trials = g["slots"], g["trials"]
+        run = {
+            "run_id": run_id, "runner_version": aiperf_runner.__version__, "spec_version": SPEC_VERSION,
+            "rules": "v2", "preset": g["preset"], "precision": g["precision"], "created_at": started.timestamp(),
+            "config": {"slots": slots, "devices_per_slot": system.accelerator_count // slots, "backend": "slurm"},
+            "system": {"nodes": system.nodes, "accelerator_model": system.accelerator_model,
+                       "accelerator_count": system.accelerator_count, "cpu_model": system.cpu_model,
+                       "cpu_cores": system.cpu_cores},
+            "declared_peak_flops": {g["precision"]: g["peak"]},
+            "dataset": reports.DATASETS[g["preset"]],
         }
-        division = Division.OFFICIAL if all(valid.values()) else Division.OPEN
-        checks = self.checks(preset, precision, duration, final, cv, stable_ok, len(window), peak, score,
-                             slots, len(trials), epochs, valid, system)
-        max_score = max(p["score"] for p in points)
-        report = {
-            "demo": True, "integrity_ok": True, "rules": "v2", "rules_used": "v2", "score_ops": final["score"],
-            "regulated_score_ops": final["regulated"], "max_accuracy": final["max_accuracy"], "duration_s": duration,
-            "trials_finished": sum(t["status"] == "finished" for t in trials), "epochs": epochs, "checks": checks,
-            "run_id": None, "fingerprint": None, "division": str(division), "valid": all(valid.values()),
-            "stable": stable_ok, "plausible": max_score <= peak, "spec_version": self.spec_version,
-            "rules_version": self.spec_rules.RULES_VERSION,
-        }
-        return {"preset": preset, "precision": precision, "duration": duration, "points": points, "peak": peak,
-                "report": report, "trials": trials, "division": division, "epochs": epochs,
-                "level": Result.Level.FULL if report["valid"] and stable_ok else Result.Level.PARTIAL}
+        report = reports.report(
+            run, g["points"], trials=len(trials), trials_finished=sum(t["status"] == "finished" for t in trials),
+            architectures=len({t["arch_hash"] for t in trials}), epochs=sum(t["epochs"] for t in trials),
+            epoch_ratio=g["epoch_ratio"], fingerprint=fingerprint)
+        report["demo"] = True
+        return pipeline.result_values(report, run)
 
     def series(self, duration: float, score: float, accuracy: float, stable: bool) -> list[dict[str, float]]:
-        rng, sc = self.rng, self.scoring
+        rng, sc = self.rng, scoring
         ts = sc.grid(duration)
         tau = duration * (rng.uniform(0.03, 0.09) if stable else rng.uniform(0.35, 0.6))
         tau_a = duration * rng.uniform(0.08, 0.25)
@@ -362,70 +292,17 @@ class Generator:
             best_trial["best_accuracy"] = accuracy
         return raw
 
-    def checks(self, preset, precision, duration, final, cv, stable_ok, window_points, peak, score, slots, n_trials,
-               epochs, valid, system) -> list[dict[str, Any]]:
-        th, rng = self.th, self.rng
-        events = 3 + 3 * n_trials + epochs
-        val_images = th["imagenet_val_images"] if preset == "imagenet" else 10_000
-        train_images = 1_281_167 if preset == "imagenet" else 50_000
-        epoch_ratio = min(score / peak * rng.uniform(1.05, 1.5), 0.99)
-        stab_msg = (f"coefficient of variation {cv:.4f} of the score over the last {th['stability_window']:.0%} of the "
-                    f"run ({window_points} points)" + ("" if stable_ok else f", above {th['max_score_cv']}"))
-        return [
-            _check("integrity.chain", "intact", events, True, f"hash chain intact over {events} lines"),
-            _check("integrity.signature", "signed by the submitting site's registered key", "signed", True,
-                   "signature valid (demo data: no real bundle)"),
-            _check("integrity.manifest", 0, 0, True, "every file matches its manifest digest"),
-            _check("integrity.run", 0, 0, True, "run.json complete and consistent with the log"),
-            _check("integrity.versions", {"spec": [self.spec_version], "rules": ["v2", "v1-compat"]},
-                   {"spec": self.spec_version, "runner": self.runner_version, "rules": "v2"}, True,
-                   f"spec {self.spec_version}, runner {self.runner_version}, rules v2"),
-            _check("integrity.schema", 0, 0, True, f"all {events} events match their schema"),
-            _check("integrity.graphs", 0, 0, True, f"{n_trials} trials' graphs valid, hashes match the log; "
-                                                   "FLOPs recomputed from them"),
-            _check("validity.preset", th["official_preset"], preset, valid["preset"],
-                   f"preset {preset!r}" + ("" if valid["preset"] else f": only {th['official_preset']!r} is official")),
-            _check("validity.duration", th["min_duration_s"], duration, valid["duration"],
-                   f"ran {duration:.0f} s" + ("" if valid["duration"] else
-                                              f", less than the {th['min_duration_s']:.0f} s required")),
-            _check("validity.precision", list(th["precisions"]), precision, valid["precision"], f"precision {precision!r}"),
-            _check("validity.accuracy", th["min_max_accuracy"], final["max_accuracy"], valid["accuracy"],
-                   f"best validation accuracy {final['max_accuracy']:.4f}"
-                   + ("" if valid["accuracy"] else f", below {th['min_max_accuracy']}")),
-            _check("validity.full_validation", val_images, 0, True,
-                   f"all {epochs} epochs evaluated the full {val_images}-image validation set"),
-            _check("validity.complete", True, True, True, "the run finished"),
-            _check("stability.score_cv", th["max_score_cv"], cv, stable_ok, stab_msg),
-            _check("plausibility.declared_peak", th["max_declared_to_table"], 1.0, True,
-                   f"declared {peak:.4g} FLOP/s at {precision}, table {peak:.4g} ({system.accelerator_count} x "
-                   f"{system.accelerator_model})"),
-            _check("plausibility.score_peak", th["max_score_to_peak"], score / peak, True,
-                   f"highest score {score:.4g} OPS is {score / peak:.1%} of the peak {peak:.4g} FLOP/s"),
-            _check("plausibility.epoch_rate", th["max_epoch_to_peak"], epoch_ratio, True,
-                   f"fastest epoch ran at {epoch_ratio:.1%} of its slot's peak"),
-            _check("plausibility.epoch_images", train_images * (1 + th["epoch_images_slack"]) + th["epoch_images_pad"],
-                   0, True, f"no epoch trained more than the {train_images}-image training set"),
-            _check("plausibility.slot_exclusive", 0, 0, True, "no slot ran two trials at once"),
-            _check("plausibility.concurrency", slots, slots, True, f"at most {slots} trials ran at once on {slots} slots"),
-            _check("plausibility.timestamps", 0, 0, True,
-                   f"timestamps monotonic; trial clocks within {th['clock_skew_s']:g} s of the controller's"),
-            _check("plausibility.lifecycle", 0, 0, True,
-                   "every trial proposed, started, numbered its epochs and ended in order"),
-        ]
-
     # ---- everything ----------------------------------------------------------------------------------
     def run(self) -> Summary:
         start = time.perf_counter()
         rng = self.rng
         sites = Site.objects.bulk_create(self.sites())
         keys = []
-        from aiperf_runner.spec import keys as spec_keys
-
         for site in sites:
-            key = spec_keys.generate_key()
-            keys.append(SiteKey(site=site, public_key=spec_keys.public_b64(key), fingerprint=spec_keys.fingerprint(key),
-                                label="demo key", created_at=site.created_at))
-        SiteKey.objects.bulk_create(keys)
+            private = spec_keys.generate_key()
+            keys.append(SiteKey(site=site, public_key=spec_keys.public_b64(private),
+                                fingerprint=spec_keys.fingerprint(private), label="demo key", created_at=site.created_at))
+        key_of = {k.site_id: k for k in SiteKey.objects.bulk_create(keys)}
         pairs = self.systems(sites)
         if len(pairs) > self.n:
             pairs = rng.sample(pairs, self.n)
@@ -437,75 +314,56 @@ class Generator:
                                                          k=self.n - len(systems))
         rng.shuffle(choice)
 
-        sub_ids, result_ids = _reserve_ids(Submission, self.n), _reserve_ids(Result, self.n)
-        subs, results, series, trials = [], [], [], []
-        for i, idx in enumerate(choice):
+        subs, results, points, trials = [], [], [], []
+        for idx in choice:
             system, info = systems[idx], infos[idx]
-            g = self.result(system, info)
+            g = self.figures(system, info)
             # newer accelerators appear later: within their era, more results recently
             span = min(self.span_days, info["age"] * 365)
             verified = self.now - timedelta(days=span * rng.random() ** 0.8, minutes=rng.uniform(5, 600))
             verified = max(verified, system.created_at + timedelta(hours=rng.uniform(2, 48)))
             withdrawn = rng.random() < 0.01
             run_id = uuid.UUID(int=rng.getrandbits(128)).hex
-            g["report"]["run_id"] = run_id
+            key = key_of[system.site_id]
             status = Submission.Status.WITHDRAWN if withdrawn else Submission.Status.PUBLISHED
-            subs.append({"id": sub_ids[i], "site_id": system.site_id, "bundle": "", "sha256": _hex(rng),
-                         "size": rng.randint(2, 900) * 1_000_000, "run_id": run_id, "status": str(status),
-                         "reasons": [], "created_at": verified - timedelta(minutes=rng.uniform(1, 30)),
-                         "updated_at": verified, "verified_at": verified, "attempts": 1})
-            rid = result_ids[i]
-            results.append({
-                "id": rid, "submission_id": sub_ids[i], "site_id": system.site_id, "system_id": system.pk,
-                "run_id": run_id, "division": str(g["division"]), "preset": g["preset"], "precision": g["precision"],
-                "score_ops": g["report"]["score_ops"], "regulated_score_ops": g["report"]["regulated_score_ops"],
-                "max_accuracy": g["report"]["max_accuracy"], "duration_s": g["duration"], "peak_flops": g["peak"],
-                "efficiency": g["report"]["score_ops"] / g["peak"], "trials_finished": g["report"]["trials_finished"],
-                "epochs": g["epochs"], "rules_version": g["report"]["rules_version"],
-                "spec_version": self.spec_version, "runner_version": self.runner_version,
-                "verifier_version": self.verifier_version, "verification_level": str(g["level"]),
-                "report": g["report"], "published": not withdrawn,
-                "published_at": verified + timedelta(seconds=rng.uniform(1, 60)), "verified_at": verified,
-                "started_at": verified - timedelta(seconds=g["duration"] + rng.uniform(60, 3600))})
-            series.append({"result_id": rid, "points": g["points"]})
-            trials.extend({"result_id": rid, **t} for t in g["trials"])
-        _insert(Submission, subs)
-        _insert(Result, results)
-        _insert(ResultSeries, series, chunk=500)
-        n_trials = _insert(Trial, trials)
-        editions = self.editions(results)
+            subs.append(Submission(site_id=system.site_id, key=key, bundle="", sha256=_hex(rng),
+                                   size=rng.randint(2, 900) * 1_000_000, run_id=run_id, status=status,
+                                   created_at=verified - timedelta(minutes=rng.uniform(1, 30)),
+                                   verified_at=verified, attempts=1))
+            published_at = verified + timedelta(seconds=rng.uniform(1, 60))
+            started = verified - timedelta(seconds=g["duration"] + rng.uniform(60, 3600))
+            results.append(Result(site_id=system.site_id, system=system, run_id=run_id, published=not withdrawn,
+                                  verified_at=verified, published_at=published_at,
+                                  **self.values(system, g, run_id, key.fingerprint, started)))
+            points.append(g["points"])
+            trials.append(g["trials"])
+        for sub, result in zip(Submission.objects.bulk_create(subs, batch_size=1000), results, strict=True):
+            result.submission = sub
+        Result.objects.bulk_create(results, batch_size=500)
+        ResultSeries.objects.bulk_create((ResultSeries(result=r, points=p) for r, p in zip(results, points, strict=True)),
+                                         batch_size=200)
+        n_trials = len(Trial.objects.bulk_create(
+            (Trial(result=r, **t) for r, ts in zip(results, trials, strict=True) for t in ts), batch_size=2000))
+        ranking.rerank()
+        editions = self.editions(min((r.published_at for r in results if r.published_at), default=self.now))
         return Summary(len(sites), len(systems), len(results), n_trials, editions, time.perf_counter() - start)
 
-    def editions(self, results: list[dict[str, Any]]) -> int:
-        """June and November editions over the span, each holding the results published before it."""
-        first = min((r["published_at"] for r in results), default=self.now)
+    def editions(self, first: datetime) -> int:
+        """June and November editions over the span, each holding the demo results published before it."""
         taken = set(Edition.objects.values_list("name", flat=True))
         made = 0
-        ordered = sorted((r for r in results if r["published"] or r["published_at"]), key=lambda r: r["published_at"])
         for year in range(first.year, self.now.year + 1):
             for month, day in ((6, 1), (11, 15)):
                 frozen = datetime(year, month, day, 12, tzinfo=UTC)
                 name = f"{year}-{month:02d}"
-                if frozen <= first or frozen >= self.now or name in taken:
-                    continue
-                members = [r for r in ordered if r["published_at"] <= frozen]
-                if not members:
+                members = Result.objects.filter(site__url__startswith=DEMO_URL, published_at__lte=frozen)
+                if frozen <= first or frozen >= self.now or name in taken or not members.exists():
                     continue
                 edition = Edition.objects.create(
                     name=name, title=f"{'June' if month == 6 else 'November'} {year} (demo)",
-                    notes=f"{DEMO_NOTE} generated by manage.py aiperf_demo_data", created_at=frozen, frozen_at=frozen)
-                entries = []
-                for division in Division.values:
-                    rows = sorted((r for r in members if r["division"] == division),
-                                  key=lambda r: (-r["score_ops"], r["id"]))
-                    rank, last = 0, None
-                    for pos, r in enumerate(rows, 1):
-                        if r["score_ops"] != last:
-                            rank, last = pos, r["score_ops"]
-                        entries.append({"edition_id": edition.pk, "result_id": r["id"], "division": division,
-                                        "rank": rank, "score_ops": r["score_ops"],
-                                        "regulated_score_ops": r["regulated_score_ops"]})
-                _insert(EditionEntry, entries)
+                    notes=f"{DEMO_NOTE} generated by manage.py aiperf_demo_data", created_at=frozen)
+                ranking.freeze_edition(edition, results=members)
+                Edition.objects.filter(pk=edition.pk).update(frozen_at=frozen)  # as if frozen back then
                 made += 1
         return made
 

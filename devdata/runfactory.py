@@ -2,7 +2,7 @@
 
 `make_run(path, **params)` writes run.json, a hash-chained events.jsonl and trials/<id>/ files as
 the controller would, streaming (memory stays flat for a million epochs). Used by the verification
-tests, the service tests and bench/verify_throughput.py.
+tests, the service tests, bench/verify_throughput.py and the demo data's reports (devdata/reports.py).
 
 Schedule (all times in float UTC seconds; every number is a parameter):
 
