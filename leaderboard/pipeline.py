@@ -30,6 +30,7 @@ from typing import Any
 
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks
+from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
 from aiperf_runner.spec.verify import efficiency, run_peak, verify
 from django.conf import settings
@@ -169,44 +170,30 @@ def _verify(sub: Submission) -> dict[str, Any]:
     return {"report": report, "run": run_json, "trials": trials, "manifest": manifest}
 
 
+STORED_STATUS = {"retry": "failed"}  # a retry the run never got to: failed, as the timeline shows it
+
+
 def _trials(run_dir: RunDir, rules: str) -> list[dict[str, Any]]:
-    """Per-trial summaries for the charts, from the (already verified) main log."""
-    trials: dict[str, dict[str, Any]] = {}
-    t0 = None
-    for event in run_dir.events():
-        d = event.data
-        kind = d["type"]
-        if t0 is None:
-            t0 = float(d["t"])
-        rel = float(d["t"]) - t0
-        name = d.get("trial")
-        if kind == "trial_proposed":
-            trials[name] = {"trial": name, "arch_hash": d.get("arch_hash") or "", "parent": d.get("parent") or "",
-                            "morphisms": d.get("morphisms") or [], "round": d.get("round"), "status": "proposed",
-                            "epochs": 0}
-        elif name in trials:
-            tr = trials[name]
-            if kind == "trial_started":
-                tr.update(slot=d.get("slot"), started_s=rel, status="running")
-            elif kind == "epoch_end":
-                tr["epochs"] = max(tr["epochs"], int(d.get("epoch") or 0))
-                acc = d.get("val_accuracy")
-                if isinstance(acc, (int, float)):
-                    tr["best_accuracy"] = max(tr.get("best_accuracy") or 0.0, float(acc))
-                tr["ended_s"] = rel
-            elif kind == "trial_finished":
-                tr.update(status="finished", ended_s=rel, best_accuracy=d.get("best_accuracy"))
-            elif kind == "trial_failed":
-                tr.update(status="failed", ended_s=rel)
-            elif kind == "trial_cancelled":
-                tr.update(status="cancelled", ended_s=rel)
-    for name, tr in trials.items():
+    """Per-trial summaries for the charts, from the (already verified) main log's replay."""
+    replay = Replay.load(run_dir.events_path, allow_partial_tail=False)
+    t0 = replay.first_t or 0.0
+    out = []
+    for tr in replay.trials.values():
+        last = tr.attempts[-1] if tr.attempts else None
+        summary: dict[str, Any] = {
+            "trial": tr.trial, "arch_hash": tr.arch_hash, "parent": tr.parent or "", "morphisms": tr.morphisms,
+            "round": tr.round, "status": STORED_STATUS.get(tr.status, tr.status), "epochs": tr.last_epoch,
+            "slot": last.slot if last else None, "started_s": last.started - t0 if last else None,
+            "ended_s": tr.ended_t - t0 if tr.ended_t is not None else None,
+            "best_accuracy": tr.best_accuracy if tr.status == "finished" else tr.epoch_best,
+        }
         try:
-            counts = run_dir.trial_flops(name, rules)
-            tr["train_flops_per_image"], tr["eval_flops_per_image"] = float(counts.train), float(counts.eval)
+            counts = run_dir.trial_flops(tr.trial, rules)
+            summary["train_flops_per_image"], summary["eval_flops_per_image"] = float(counts.train), float(counts.eval)
         except RunIOError:
             pass
-    return list(trials.values())
+        out.append(summary)
+    return out
 
 
 # ---- storing -----------------------------------------------------------------------------------
