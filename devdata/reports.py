@@ -17,11 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.spec import bundle, keys, peaks
+from aiperf_runner.spec import bundle, hardware, keys
 from aiperf_runner.spec import rules as R
+from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.verify import verify
 
-from devdata.runfactory import DEFAULT_DATASET, IMAGENET_DATASET, make_run
+from devdata.runfactory import DEFAULT_DATASET, IMAGENET_DATASET, TestWitness, make_run, registration_of
 
 DATASETS: dict[str, dict[str, Any]] = {
     "imagenet": IMAGENET_DATASET,
@@ -35,11 +36,14 @@ def template(preset: str) -> dict[str, Any]:
     """The report `spec.verify` gives a small signed run of `preset` (its checks are what a demo report varies)."""
     with tempfile.TemporaryDirectory(prefix="aiperf-demo-template-") as tmp:
         run = Path(tmp) / preset
+        witness = TestWitness()
         make_run(run, preset=preset, dataset=DATASETS[preset], slots=2, trials=4, epochs=2, declared_peak=None,
-                 precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=2, seed=1)
+                 precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=2, seed=1,
+                 witness=witness)
         key = keys.generate_key()
         bundle.write_manifest(run, key)
-        return verify(run, pubkey=key.public_key(), require_signature=True, workers=1)
+        return verify(run, pubkey=key.public_key(), require_signature=True, workers=1,
+                      system=registration_of(run, nodes=1, accelerators_per_node=2), witness_keys=witness.keys)
 
 
 def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, trials_finished: int,
@@ -54,16 +58,16 @@ def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, 
     precision = run["precision"]
     final = points[-1]
     declared = run["declared_peak_flops"].get(precision)
-    table, how = peaks.system_peak(run["system"], precision)
-    peak = declared or table
+    hw = hardware.from_run(run)  # demo systems are registered as their run.json describes them
+    peak, how = hw.peak(precision)
     slots = run["config"]["slots"]
     devices = run["config"]["devices_per_slot"]
-    count = run["system"]["accelerator_count"]
+    count = hw.accelerators
     # What LogAudit would have counted streaming this run's log: run_started and run_finished, three
     # lines per trial (proposed, started, ended) and one per epoch; every slot busy at once.
-    audit = R.LogAudit(run, th)
+    audit = R.LogAudit(run, th, Replay(slots=slots))
     audit.events = 2 + 3 * trials + epochs
-    audit.max_concurrency = slots
+    audit.replay.max_running = slots
     audit.max_epoch_ratio = epoch_ratio
     audit.max_epoch_rate = epoch_ratio * peak * devices / count if peak and count else None
     remade = [
@@ -71,14 +75,14 @@ def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, 
         R.check_signature(True, [], True, fingerprint),
         R.check_versions(run, th),
         R.check_schema(audit),
-        R.check_graphs(R._Findings(), trials, architectures),  # no findings: every graph valid
+        R.check_graphs(R.Findings(), trials, architectures),  # no findings: every graph valid
         R.check_preset(run["preset"], th),
         R.check_duration(final["t"], th),
         R.check_precision(precision, th),
         R.check_accuracy(final["max_accuracy"], th),
         R.check_full_validation(audit, run["preset"], epochs, th),
         R.check_stability(points, th),
-        R.check_declared_peak(declared, table, how, precision, th),
+        R.check_declared_peak(declared, peak, how, precision, th),
         R.check_score_peak(max(p["score"] for p in points), peak, th),
         R.check_epoch_rate(audit, bool(peak), th),
         R.check_concurrency(audit),
@@ -92,6 +96,10 @@ def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, 
         "integrity_ok": integrity_ok, "score_ops": final["score"], "regulated_score_ops": final["regulated"],
         "max_accuracy": final["max_accuracy"], "duration_s": final["t"], "trials_finished": trials_finished,
         "epochs": epochs, "checks": checks, "run_id": run["run_id"], "fingerprint": fingerprint,
-        "division": "official" if valid and integrity_ok else "open", "series": points, "valid": valid,
+        "division": "official" if R.official(checks) else "open", "series": points, "valid": valid,
         "stable": R.all_passed(checks, "stability"), "plausible": R.all_passed(checks, "plausibility"),
+        "rejected": bool(R.blocking(checks)), "peak_flops": peak,
+        "efficiency": final["score"] / peak if peak else None, "epoch_fingerprints": [],
+        "system": {**base["system"], "accelerator_model": hw.accelerator_model, "accelerators": hw.accelerators,
+                   "nodes": hw.nodes, "describe": hw.describe()},
     }
