@@ -231,7 +231,8 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
              cpu_model: str = "Synthetic CPU @ 2.00GHz", cpu_cores: int = 2,
              retry_trials: frozenset[int] | set[int] = frozenset(), finish: bool = True,
              trial_logs: bool = True, run_id: str | None = None, seed: int = 0,
-             duration_s: float | None = None, witness: TestWitness | None = None) -> FactoryRun:
+             duration_s: float | None = None, witness: TestWitness | None = None,
+             system_id: int | None = None) -> FactoryRun:
     """Write a synthetic run directory at `path` (created); see the module docstring for the schedule.
 
     `epochs(i)`, `epoch_seconds(i, e)`, `accuracy(i, e)`, `images_trained(i, e)`,
@@ -241,6 +242,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     precision). `trial_logs=False` skips the per-trial event logs and stdout/stderr files.
     `witness` (a `TestWitness`): the run carries a run token and a heartbeat with its receipt every
     `witness.interval` seconds, the last after run_finished, as a witnessed run's log does.
+    `system_id`: the registered system run.json names (as `run --system` records it).
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -266,6 +268,8 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                    cpu_cores=cpu_cores, seed=seed, duration_s=duration_s, max_trials=trials)
     if witness is not None:
         run["system"]["id"] = witness.system
+    if system_id is not None:
+        run["system"]["id"] = system_id
     (root / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
 
     out = FactoryRun(root, run_id, start, arch_hashes=arch_hash)

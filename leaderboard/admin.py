@@ -13,10 +13,25 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from leaderboard import pipeline, ranking, tasks
-from leaderboard.models import Edition, EditionEntry, Result, ResultSeries, Site, SiteKey, Submission, System, Trial
+from leaderboard import pipeline, ranking, systems, tasks
+from leaderboard.models import (
+    AcceleratorPeak,
+    Edition,
+    EditionEntry,
+    Heartbeat,
+    Result,
+    ResultSeries,
+    RunAttempt,
+    Site,
+    SiteKey,
+    Submission,
+    System,
+    Trial,
+    WitnessKey,
+)
 
 
 class SiteKeyInline(admin.TabularInline):
@@ -65,9 +80,66 @@ class SiteKeyAdmin(admin.ModelAdmin):
 
 @admin.register(System)
 class SystemAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "site", "vendor", "accelerator_model", "accelerator_count", "nodes", "interconnect"]
-    list_filter = ["vendor", "accelerator_model", "site__country"]
+    list_display = ["__str__", "site", "registered", "status", "vendor", "accelerator_model", "accelerator_count",
+                    "nodes", "interconnect"]
+    list_filter = ["registered", "status", "vendor", "accelerator_model", "site__country"]
     search_fields = ["name", "accelerator_model", "site__name", "cpu_model"]
+    actions = ["approve", "reject"]
+
+    @admin.action(description="Approve (the model's peak is known)")
+    def approve(self, request, queryset):
+        n = queryset.filter(registered=True).exclude(status=System.Status.APPROVED).update(
+            status=System.Status.APPROVED, status_reason="")
+        for sub in Submission.objects.filter(result__system__in=queryset):
+            tasks.verify_submission.delay(sub.pk, reverify=True)
+        self.message_user(request, f"{n} system(s) approved; their results queued for re-verification")
+
+    @admin.action(description="Reject")
+    def reject(self, request, queryset):
+        n = queryset.filter(registered=True).update(status=System.Status.REJECTED,
+                                                    status_reason=f"rejected by {request.user}")
+        self.message_user(request, f"{n} system(s) rejected")
+
+
+@admin.register(AcceleratorPeak)
+class AcceleratorPeakAdmin(admin.ModelAdmin):
+    """A maintainer adds a model's peak: its pending systems are approved and their results re-verified."""
+
+    list_display = ["accelerator_model", "vendor", "fp32", "tf32", "bf16", "fp16", "source", "added_by", "created_at"]
+    search_fields = ["accelerator_model", "vendor"]
+    readonly_fields = ["added_by", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.added_by = str(request.user)
+        super().save_model(request, obj, form, change)
+        ids = systems.peak_added(obj)
+        for pk in ids:
+            tasks.verify_submission.delay(pk, reverify=True)
+        self.message_user(request, f"{obj.accelerator_model}: pending systems approved, {len(ids)} result(s) "
+                                   "queued for re-verification")
+
+
+@admin.register(WitnessKey)
+class WitnessKeyAdmin(admin.ModelAdmin):
+    list_display = ["fingerprint", "created_at", "retired_at"]
+    readonly_fields = ["fingerprint", "public_key", "created_at"]
+
+
+class HeartbeatInline(admin.TabularInline):
+    model = Heartbeat
+    extra = 0
+    fields = ["heartbeat_seq", "head", "received_at", "epochs", "work", "best_accuracy"]
+    readonly_fields = ["heartbeat_seq", "head", "received_at", "epochs", "work", "best_accuracy"]
+    can_delete = False
+
+
+@admin.register(RunAttempt)
+class RunAttemptAdmin(admin.ModelAdmin):
+    list_display = ["run_id", "site", "system", "issued_at", "heartbeats", "last_heartbeat_at", "reused", "submission"]
+    list_filter = ["site", "reused"]
+    search_fields = ["run_id", "site__name"]
+    readonly_fields = [f.name for f in RunAttempt._meta.fields]
+    inlines = [HeartbeatInline]
 
 
 class RerankingAdmin(admin.ModelAdmin):
@@ -131,12 +203,32 @@ class ResultSeriesInline(admin.StackedInline):
 class ResultAdmin(RerankingAdmin):
     list_display = ["id", "site", "system", "division", "score_ops", "regulated_score_ops", "max_accuracy",
                     "verification_level", "published", "verifier_version"]
-    list_filter = ["division", "published", "verification_level", "rules_version", "verifier_version",
-                   "system__vendor", "site__country"]
+    list_filter = ["review", "division", "rules", "published", "verification_level", "rules_version",
+                   "verifier_version", "system__vendor", "site__country"]
     search_fields = ["run_id", "site__name", "system__accelerator_model"]
     readonly_fields = [f.name for f in Result._meta.fields if f.name not in ("published",)]
     inlines = [ResultSeriesInline]
-    actions = ["reverify", "publish", "withdraw"]
+    actions = ["reverify", "publish", "withdraw", "approve_review", "reject_review"]
+
+    @admin.action(description="Review: approve (enters the list)")
+    def approve_review(self, request, queryset):
+        return self._review(request, queryset, approve=True)
+
+    @admin.action(description="Review: reject (stays off the list)")
+    def reject_review(self, request, queryset):
+        return self._review(request, queryset, approve=False)
+
+    def _review(self, request, queryset, *, approve: bool):
+        """Asks for the reason first (it is recorded and shown with the result)."""
+        reason = request.POST.get("reason", "").strip()
+        if "apply" not in request.POST or not reason:
+            return TemplateResponse(request, "admin/review_reason.html", {
+                "results": queryset, "approve": approve, "action": request.POST.get("action"),
+                "opts": self.model._meta, "missing": "apply" in request.POST})
+        for r in queryset:
+            pipeline.review(r, approve, reason, str(request.user))
+        self.message_user(request, f"{queryset.count()} result(s) {'approved' if approve else 'rejected'}: {reason}")
+        return None
 
     @admin.action(description="Re-verify")
     def reverify(self, request, queryset):

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 
 from leaderboard import bundles, tasks
 from leaderboard.errors import Rejected
-from leaderboard.models import Site, SiteKey, Submission
+from leaderboard.models import RunAttempt, Site, SiteKey, Submission
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,9 @@ def receive(site: Site, upload: UploadedFile) -> Received:
         try:
             with transaction.atomic():
                 submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id)
+                # A witnessed run's attempt is now submitted (the system's "runs submitted").
+                RunAttempt.objects.filter(run_id=run_id, site=site, submission__isnull=True).update(
+                    submission=submission)
                 final = Path(settings.MEDIA_ROOT) / rel
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, final)

@@ -76,7 +76,14 @@ class SiteKey(models.Model):
 
 
 class System(models.Model):
-    """A machine as its runs describe it (run.json "system" and declared peaks), per site."""
+    """A machine of a site: registered by the site (what its results are judged by), or, for a result
+    of an unregistered run, described by its run.json (`registered` False; open division only)."""
+
+    class Status(models.TextChoices):
+        APPROVED = "approved", "Approved"
+        PENDING = "pending", "Pending: waiting for a list maintainer"
+        REJECTED = "rejected", "Rejected by a list maintainer"
+        UNREGISTERED = "unregistered", "Unregistered: described by its runs only"
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="systems")
     name = models.CharField(max_length=200, blank=True)
@@ -88,7 +95,12 @@ class System(models.Model):
     cpu_model = models.CharField(max_length=200, blank=True)
     cpu_cores = models.PositiveIntegerField(default=0)
     peak_flops = models.JSONField(default=dict, blank=True, help_text="declared peak FLOP/s per precision")
-    # The hardware facts that identify the system among the site's runs.
+    accelerators_per_node = models.PositiveIntegerField(default=0)
+    memory_per_node = models.BigIntegerField(default=0, help_text="bytes")
+    registered = models.BooleanField(default=False, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.UNREGISTERED, db_index=True)
+    status_reason = models.CharField(max_length=300, blank=True)
+    # The hardware facts that identify an unregistered system among the site's runs (registered: unique).
     identity = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -103,6 +115,91 @@ class System(models.Model):
         if self.accelerator_count:
             return f"{self.nodes} node(s), {self.accelerator_count} x {self.accelerator_model}"
         return f"{self.nodes} node(s), {self.cpu_model or 'CPU'}"
+
+
+class AcceleratorPeak(models.Model):
+    """A list maintainer's peak FLOP/s for an accelerator model spec/peaks.py's table lacks, with its source."""
+
+    accelerator_model = models.CharField(max_length=200, unique=True, help_text="as systems register it")
+    vendor = models.CharField(max_length=100, blank=True)
+    fp32 = models.FloatField(help_text="dense peak FLOP/s per accelerator")
+    tf32 = models.FloatField()
+    bf16 = models.FloatField()
+    fp16 = models.FloatField()
+    source = models.CharField(max_length=500, help_text="datasheet URL or where the figures come from")
+    added_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.accelerator_model
+
+    def per_precision(self) -> dict[str, float]:
+        return {"fp32": self.fp32, "tf32": self.tf32, "bf16": self.bf16, "fp16": self.fp16}
+
+
+class WitnessKey(models.Model):
+    """A public key of the service's witness (the private key is the file AIPERF_WITNESS_KEY_FILE).
+    Retired keys stay: receipts they signed remain valid."""
+
+    fingerprint = models.CharField(max_length=48, unique=True)
+    public_key = models.CharField(max_length=64, unique=True, help_text="base64 of the 32 raw bytes")
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.fingerprint
+
+
+class RunAttempt(models.Model):
+    """A run the service issued a token for: every started run is on the record, submitted or not."""
+
+    run_id = models.CharField(max_length=32, unique=True)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="run_attempts")
+    system = models.ForeignKey(System, on_delete=models.PROTECT, related_name="run_attempts")
+    statement = models.JSONField(help_text="the token's signed statement")
+    signature = models.CharField(max_length=100)
+    issued_at = models.DateTimeField(db_index=True)
+    heartbeat_interval_s = models.FloatField()
+    log_id = models.CharField(max_length=64, blank=True, help_text="hash of the first line of the log whose "
+                              "heartbeats the token carried first: a token starts one run")
+    reused = models.BooleanField(default=False, help_text="heartbeats came from a second log")
+    heartbeats = models.PositiveIntegerField(default=0)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    submission = models.OneToOneField("Submission", on_delete=models.SET_NULL, null=True, blank=True,
+                                      related_name="run_attempt")
+
+    class Meta:
+        ordering = ["-issued_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}"
+
+
+class Heartbeat(models.Model):
+    """One heartbeat of a witnessed run and the receipt the service gave for it."""
+
+    attempt = models.ForeignKey(RunAttempt, on_delete=models.CASCADE, related_name="receipts")
+    heartbeat_seq = models.PositiveIntegerField()
+    head = models.CharField(max_length=64)
+    received_at = models.FloatField(help_text="the service's clock, UTC seconds")
+    beacon = models.CharField(max_length=64)
+    key = models.CharField(max_length=48, help_text="witness key fingerprint")
+    signature = models.CharField(max_length=100)
+    work = models.FloatField(default=0.0)
+    epochs = models.PositiveIntegerField(default=0)
+    best_accuracy = models.FloatField(null=True, blank=True)
+    sent_at = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "heartbeat_seq"]
+        constraints = [models.UniqueConstraint(fields=["attempt", "heartbeat_seq"], name="one_receipt_per_heartbeat")]
+
+    def receipt(self) -> dict[str, object]:
+        return {"run_id": self.attempt.run_id, "heartbeat_seq": self.heartbeat_seq, "head": self.head,
+                "received_at": self.received_at, "beacon": self.beacon, "key": self.key, "signature": self.signature}
 
 
 class Submission(models.Model):
@@ -143,9 +240,15 @@ class Submission(models.Model):
 
 class ResultQuerySet(models.QuerySet["Result"]):
     def live(self) -> ResultQuerySet:
-        """The results on the live list: published (at once, or after approval) and not withdrawn."""
+        """The results on the live list: published (at once, or after approval), not withdrawn, and
+        not waiting for (or refused by) a maintainer's review."""
         return self.filter(published=True, submission__status__in=[Submission.Status.VERIFIED,
-                                                                   Submission.Status.PUBLISHED])
+                                                                   Submission.Status.PUBLISHED]).exclude(
+            review__in=[Result.Review.PENDING, Result.Review.REJECTED])
+
+    def entries(self) -> ResultQuerySet:
+        """What the list shows by default: each system's best live result (ranked)."""
+        return self.live().filter(rank__isnull=False)
 
 
 class Result(models.Model):
@@ -155,11 +258,18 @@ class Result(models.Model):
         FULL = "full", "Full: every check passed"
         PARTIAL = "partial", "Partial: integrity and plausibility passed, some checks did not"
 
+    class Review(models.TextChoices):
+        NONE = "", "Not needed"
+        PENDING = "pending", "Waiting for a list maintainer"
+        APPROVED = "approved", "Approved by a list maintainer"
+        REJECTED = "rejected", "Rejected by a list maintainer"
+
     submission = models.OneToOneField(Submission, on_delete=models.CASCADE, related_name="result")
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="results")
     system = models.ForeignKey(System, on_delete=models.PROTECT, related_name="results")
     run_id = models.CharField(max_length=64, unique=True)
     division = models.CharField(max_length=16, choices=Division.choices, db_index=True)
+    rules = models.CharField(max_length=16, default="v2", db_index=True, help_text="FLOP rules: v2 or v1-compat")
     preset = models.CharField(max_length=32, blank=True)
     precision = models.CharField(max_length=8, blank=True)
     score_ops = models.FloatField(db_index=True)
@@ -179,7 +289,14 @@ class Result(models.Model):
     published = models.BooleanField(default=False, db_index=True)
     # Stored by leaderboard/ranking.py, the one place that ranks; NULL off the live list.
     rank = models.PositiveIntegerField(null=True, blank=True, db_index=True, editable=False,
-                                       help_text="place by score within the division on the live list")
+                                       help_text="place on the live list (each system's best result, by score, "
+                                                 "within its FLOP rules and division); NULL if not its system's best")
+    rank_all = models.PositiveIntegerField(null=True, blank=True, db_index=True, editable=False,
+                                           help_text="place among every live result of its rules and division")
+    review = models.CharField(max_length=16, choices=Review.choices, default=Review.NONE, blank=True, db_index=True)
+    review_reason = models.TextField(blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.CharField(max_length=150, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
     verified_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -194,6 +311,14 @@ class Result(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("result", args=[self.pk])
+
+
+class EpochFingerprint(models.Model):
+    """One digest of a verified submission's epoch sample (spec/fingerprint.py); unique: a log whose
+    epochs repeat another submission's cannot be stored twice."""
+
+    digest = models.CharField(max_length=32, unique=True)
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="epoch_fingerprints")
 
 
 class ResultSeries(models.Model):
@@ -252,7 +377,8 @@ class EditionEntry(models.Model):
     edition = models.ForeignKey(Edition, on_delete=models.CASCADE, related_name="entries")
     result = models.ForeignKey(Result, on_delete=models.PROTECT, related_name="edition_entries")
     division = models.CharField(max_length=16, choices=Division.choices)
-    rank = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField(null=True, blank=True, help_text="on the list as shown (each system's best)")
+    rank_all = models.PositiveIntegerField(null=True, blank=True, help_text="among every result of the edition")
     score_ops = models.FloatField()
     regulated_score_ops = models.FloatField()
 

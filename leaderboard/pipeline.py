@@ -30,29 +30,28 @@ from typing import Any
 
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks
+from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
-from aiperf_runner.spec.verify import efficiency, run_peak, verify
+from aiperf_runner.spec.verify import verify
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, ProtectedError, Q
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Max, ProtectedError, Q
 from django.utils import timezone
 
-from leaderboard import bundles, ranking
+from leaderboard import bundles, ranking, systems, witness
 from leaderboard.errors import Reason, Rejected
-from leaderboard.models import Result, ResultSeries, Submission, System, Trial
+from leaderboard.models import EpochFingerprint, Result, ResultSeries, Submission, System, Trial
 
 log = logging.getLogger(__name__)
 
 # Bump PIPELINE_VERSION when this module changes what it stores; the runner and spec versions
 # cover changes to the checks and the score. `aiperf_reverify` re-verifies results whose
 # verifier_version differs from VERIFIER_VERSION.
-PIPELINE_VERSION = "1"
+PIPELINE_VERSION = "2"
 VERIFIER_VERSION = f"runner-{aiperf_runner.__version__}+spec-{SPEC_VERSION}+pipeline-{PIPELINE_VERSION}"
 
-# A result is rejected when a check of these groups fails; validity decides the division and
-# stability the verification level.
-BLOCKING_GROUPS = ("integrity", "plausibility")
+DUPLICATE_SHARED = 3  # epoch-sample digests shared with another submission that make a log a copy of it
 
 S = Submission.Status
 
@@ -111,11 +110,11 @@ def run(submission_id: int, *, reverify: bool = False) -> Outcome:
         sub = Submission.objects.select_related("site", "key").get(pk=submission_id)
         try:
             stored = _verify(sub)
+            _store_result(sub, token, stored, reverify=reverify)
         except Rejected as exc:
             _store_rejection(sub, token, exc.reasons)
             log.info("submission %s rejected: %s", submission_id, exc)
             return Outcome(S.REJECTED, submission_id, exc.reasons)
-        _store_result(sub, token, stored, reverify=reverify)
         return Outcome(S.VERIFIED, submission_id)
     except ClaimLost:
         log.warning("submission %s: claim lost to another worker; discarding this run", submission_id)
@@ -153,21 +152,68 @@ def _verify(sub: Submission) -> dict[str, Any]:
                 raise Rejected("integrity.run_json", str(exc)) from None
 
             _step("recompute", sub.pk)
-            report = verify(root, pubkey=base64.b64decode(key.public_key), require_signature=True)
+            system = registered_system(sub, run_json)
+            records, _attempt = witness.records(sub.run_id, sub.site, sub.pk)
+            report = verify(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
+                            rules_version=rules_version(), system=systems.registration(system) if system else None,
+                            witness_keys=witness.public_keys(), records=records)
 
             _step("rules", sub.pk)
-            failed = [c for c in report["checks"] if not c["passed"]
-                      and c["name"].split(".", 1)[0] in BLOCKING_GROUPS]
+            failed = spec_rules.blocking(report["checks"])
             if failed:
                 raise Rejected.of([{"check": c["name"], "message": c["message"]} for c in failed])
-            if not report["integrity_ok"] or not report["plausible"]:
-                raise Rejected("integrity", "the verification report failed integrity or plausibility")
+            if not report["integrity_ok"]:
+                raise Rejected("integrity", "the verification report failed integrity")
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
+            check_duplicate(sub, report["epoch_fingerprints"])
             trials = _trials(run_dir, report["rules"])
     except Rejected as exc:
         raise exc.within("integrity") from None  # a bundle check of the upload, made again here
-    return {"report": report, "run": run_json, "trials": trials, "manifest": manifest}
+    return {"report": report, "run": run_json, "trials": trials, "manifest": manifest, "system": system}
+
+
+def rules_version() -> str:
+    return settings.AIPERF_RULES_VERSION or spec_rules.RULES_VERSION
+
+
+def registered_system(sub: Submission, run: dict[str, Any]) -> System | None:
+    """The registered system of the submitting site that run.json names (`run --system`), if any."""
+    facts = run.get("system") if isinstance(run.get("system"), dict) else {}
+    wanted = facts.get("id") if isinstance(facts, dict) else None
+    if wanted is None or not str(wanted).isdigit():
+        return None
+    return System.objects.filter(pk=int(wanted), site=sub.site, registered=True).first()
+
+
+def check_duplicate(sub: Submission, digests: list[str]) -> None:
+    """Reject a log whose epoch records repeat another submission's, naming it."""
+    if not digests:
+        return
+    shared = (EpochFingerprint.objects.filter(digest__in=digests).exclude(submission=sub)
+              .values("submission").annotate(n=Count("pk")).order_by("-n").first())
+    if shared is not None and shared["n"] >= min(DUPLICATE_SHARED, len(digests)):
+        other = Submission.objects.select_related("site").get(pk=shared["submission"])
+        raise Rejected("integrity.duplicate", f"the log repeats the epochs of submission {other.pk} (run {other.run_id}, "
+                                              f"site {other.site.name!r}): a run is submitted once")
+
+
+def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude: int | None) -> str:
+    """Why an official result must wait for a list maintainer ('' when it need not)."""
+    eff = result_values.get("efficiency")
+    if result_values["division"] != "official" or not eff:
+        return ""
+    th = spec_rules.thresholds(result_values["rules_version"])
+    if eff > th["review_efficiency_max"]:
+        return f"efficiency {eff:.1%} of peak is above {th['review_efficiency_max']:.0%}"
+    others = Result.objects.live().filter(division="official", system__accelerator_model=accelerator_model)
+    if exclude is not None:
+        others = others.exclude(pk=exclude)
+    best = others.aggregate(best=Max("efficiency"))["best"]
+    if best and eff > th["review_efficiency_vs_best"] * best:
+        return (f"efficiency {eff:.1%} is more than {th['review_efficiency_vs_best']}x the best official result on "
+                f"{accelerator_model} ({best:.1%})")
+    return ""
 
 
 STORED_STATUS = {"retry": "failed"}  # a retry the run never got to: failed, as the timeline shows it
@@ -244,8 +290,9 @@ def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
         "regulated_score_ops": report["regulated_score_ops"],
         "max_accuracy": report["max_accuracy"],
         "duration_s": report["duration_s"],
-        "peak_flops": run_peak(run),
-        "efficiency": efficiency(report["score_ops"], run),
+        "rules": report["rules"],
+        "peak_flops": report["peak_flops"],
+        "efficiency": report["efficiency"],
         "trials_finished": report["trials_finished"],
         "epochs": report["epochs"],
         "rules_version": report["rules_version"],
@@ -265,12 +312,24 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
     with transaction.atomic():
         current = _locked(sub, token)
         publish = not settings.AIPERF_REQUIRE_APPROVAL
-        values = {"site": current.site, "system": _system(current, run), "run_id": current.run_id,
+        system = stored["system"] or _system(current, run)
+        values = {"site": current.site, "system": system, "run_id": current.run_id,
                   **result_values(report, run), "verified_at": now}
         existing = Result.objects.filter(submission=current).first()
         if existing is None:
             values |= {"published": publish, "published_at": now if publish else None}
+        if existing is None or existing.review in (Result.Review.NONE, Result.Review.PENDING):
+            why = review_needed(values, system.accelerator_model, existing.pk if existing else None)
+            values |= {"review": Result.Review.PENDING if why else Result.Review.NONE, "review_reason": why}
         result, _ = Result.objects.update_or_create(submission=current, defaults=values)
+        EpochFingerprint.objects.filter(submission=current).delete()
+        try:
+            with transaction.atomic():
+                EpochFingerprint.objects.bulk_create(
+                    EpochFingerprint(digest=d, submission=current) for d in set(report["epoch_fingerprints"]))
+        except IntegrityError:  # another submission of the same epochs committed meanwhile
+            check_duplicate(current, report["epoch_fingerprints"])
+            raise
         ResultSeries.objects.update_or_create(result=result, defaults={"points": report["series"]})
         result.trials.all().delete()
         Trial.objects.bulk_create((Trial(result=result, **t) for t in stored["trials"]), batch_size=2000)
@@ -297,6 +356,7 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
             except ProtectedError:  # cited by a frozen edition: keep it, off the live list
                 Result.objects.filter(pk=result.pk).update(published=False)
             ranking.rerank()
+        EpochFingerprint.objects.filter(submission=current).delete()
         name = current.bundle.name
         current.status = S.REJECTED
         current.reasons = reasons
@@ -329,6 +389,15 @@ def withdraw(submission: Submission) -> bool:
             status=S.WITHDRAWN, updated_at=timezone.now())
         ranking.rerank()
     return bool(n)
+
+
+def review(result: Result, approve: bool, reason: str, by: str) -> None:
+    """A list maintainer's decision on a result waiting in review (recorded and shown with the result)."""
+    with transaction.atomic():
+        Result.objects.filter(pk=result.pk).update(
+            review=Result.Review.APPROVED if approve else Result.Review.REJECTED, review_reason=reason,
+            reviewed_at=timezone.now(), reviewed_by=by)
+        ranking.rerank()
 
 
 def needs_reverify():

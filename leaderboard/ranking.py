@@ -1,14 +1,17 @@
 """Ranks: the ONE place the service ranks results (docs/service.md, "Ranks and editions").
 
-A result's rank is its place by score within its list (`PARTITION`: the division), over the live
-list; equal scores share a rank (1, 2, 2, 4). Ranks are stored (`Result.rank`, NULL off the live
-list) so that every reader — pages, API, exports — reads a column instead of ranking per request,
-and a filtered list (one country, one vendor) still shows each result's place in its whole list.
+The live list is split into separately ranked lists by `PARTITION` (the FLOP rules and the division:
+`v1-compat` results are never ranked beside `v2` ones). Within a list, by score, equal scores sharing
+a rank (1, 2, 2, 4):
 
-`rerank()` recomputes the stored ranks in one statement; it is called, inside the transaction that
-changes them, wherever the live list or a score changes: a result stored or rejected by the
-pipeline, published, withdrawn, changed in the admin, demo data written. Freezing an edition copies
-the stored ranks.
+- `rank_all`: every live result's place;
+- `rank`: the place of each system's best result among the systems' best (TOP500's one entry per
+  system: what the list shows by default); NULL for a system's other results.
+
+Both are stored, NULL off the live list, so that every reader (pages, API, exports) reads a column.
+`rerank()` recomputes them in a few statements, inside the transaction that changes the list,
+wherever the live list or a score changes (the pipeline, publish, withdraw, review, the admin, demo
+data, every `migrate`). Freezing an edition copies them.
 """
 
 from __future__ import annotations
@@ -32,9 +35,8 @@ class NewRank(TypedDict):
 
 Ranked: TypeAlias = "WithAnnotations[Result, NewRank]"
 
-# The fields whose values split the results into separately ranked lists: adding one (the FLOP rules,
-# say) is this one line.
-PARTITION = ("division",)
+# The fields whose values split the results into separately ranked lists.
+PARTITION = ("rules", "division")
 
 # Key of the PostgreSQL advisory lock that makes concurrent reranks take turns.
 _RERANK_LOCK = 0x41495046  # "AIPF"
@@ -48,34 +50,50 @@ def ranked(results: QuerySet[Result]) -> QuerySet[Ranked]:
 
 @transaction.atomic
 def rerank() -> int:
-    """Store the rank of every result on the live list, and NULL for every other one; the rows changed.
+    """Store `rank_all` and `rank` of every live result, NULL for every other one; the rows changed.
 
-    Rows whose rank does not change are not written. On PostgreSQL concurrent calls take turns
+    Rows whose ranks do not change are not written. On PostgreSQL concurrent calls take turns
     (an advisory lock held to the end of the transaction), so the last one sees every committed change.
     """
     live = Result.objects.live()
+    qn = connection.ops.quote_name
+    table = qn(Result._meta.db_table)
+    differs = "IS DISTINCT FROM" if connection.vendor == "postgresql" else "IS NOT"
+    parts = ", ".join(qn(name) for name in PARTITION)
+    live_sql, params = live.order_by().values("pk").query.sql_with_params()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RERANK_LOCK])
-        changed = Result.objects.exclude(rank=None).exclude(pk__in=live.values("pk")).update(rank=None)
-        # Django's update() takes no window function; one UPDATE ... FROM keeps this one statement
-        # however long the list (SQLite >= 3.33 and PostgreSQL both have it).
-        inner, params = ranked(live).annotate(rid=F("pk")).values("rid", "new_rank").query.sql_with_params()
-        qn = connection.ops.quote_name
-        table, rank = qn(Result._meta.db_table), qn("rank")
-        differs = "IS DISTINCT FROM" if connection.vendor == "postgresql" else "IS NOT"
-        cursor.execute(f"UPDATE {table} SET {rank} = r.new_rank FROM ({inner}) AS r "
-                       f"WHERE {table}.{qn('id')} = r.rid AND {table}.{rank} {differs} r.new_rank", params)
+        changed = Result.objects.exclude(rank_all=None, rank=None).exclude(pk__in=live.values("pk")).update(
+            rank=None, rank_all=None)
+        # Django's update() takes no window function: UPDATE ... FROM (SQLite >= 3.33 and PostgreSQL).
+        every = (f"SELECT {qn('id')} AS rid, RANK() OVER (PARTITION BY {parts} ORDER BY {qn('score_ops')} DESC) "
+                 f"AS new_rank FROM {table} WHERE {qn('id')} IN ({live_sql})")
+        cursor.execute(f"UPDATE {table} SET {qn('rank_all')} = r.new_rank FROM ({every}) AS r "
+                       f"WHERE {table}.{qn('id')} = r.rid AND {table}.{qn('rank_all')} {differs} r.new_rank", params)
+        changed += cursor.rowcount
+        # Each system's best result in each list (the highest score; the oldest on a tie), ranked among those.
+        best = (f"SELECT {qn('id')} AS bid, {parts}, {qn('score_ops')}, ROW_NUMBER() OVER (PARTITION BY "
+                f"{qn('system_id')}, {parts} ORDER BY {qn('score_ops')} DESC, {qn('id')}) AS rn "
+                f"FROM {table} WHERE {qn('id')} IN ({live_sql})")
+        systems = (f"SELECT b.bid AS rid, RANK() OVER (PARTITION BY {', '.join('b.' + qn(n) for n in PARTITION)} "
+                   f"ORDER BY b.{qn('score_ops')} DESC) AS new_rank FROM ({best}) AS b WHERE b.rn = 1")
+        cursor.execute(f"UPDATE {table} SET {qn('rank')} = NULL WHERE {qn('rank')} IS NOT NULL AND {qn('id')} "
+                       f"NOT IN (SELECT rid FROM ({systems}) AS s)", params)
+        changed += cursor.rowcount
+        cursor.execute(f"UPDATE {table} SET {qn('rank')} = r.new_rank FROM ({systems}) AS r "
+                       f"WHERE {table}.{qn('id')} = r.rid AND {table}.{qn('rank')} {differs} r.new_rank", params)
         return changed + cursor.rowcount
 
 
-def live_ranks() -> dict[int, int]:
-    """{result id: stored rank} of the live list."""
-    return {pk: rank for pk, rank in Result.objects.live().values_list("pk", "rank") if rank is not None}
+def live_ranks(all_results: bool = False) -> dict[int, int]:
+    """{result id: stored rank} of the live list (`all_results`: `rank_all` of every live result)."""
+    field = "rank_all" if all_results else "rank"
+    return {pk: rank for pk, rank in Result.objects.live().values_list("pk", field) if rank is not None}
 
 
 def edition_ranks(edition: Edition) -> dict[int, int]:
-    return dict(edition.entries.values_list("result_id", "rank"))
+    return {pk: rank for pk, rank in edition.entries.values_list("result_id", "rank") if rank is not None}
 
 
 @transaction.atomic
@@ -87,17 +105,17 @@ def freeze_edition(edition: Edition, results: QuerySet[Result] | None = None) ->
     edition = Edition.objects.select_for_update().get(pk=edition.pk)
     if edition.frozen:
         raise ValueError(f"edition {edition.name} is already frozen")
-    rows: list[tuple[int, str, int, float, float]]
+    rows: list[tuple[int, str, int | None, int | None, float, float]]
     if results is None:
         rerank()  # the stored ranks as they stand, whatever changed behind the service's back
-        live = Result.objects.live().values_list("pk", "division", "rank", "score_ops", "regulated_score_ops")
-        rows = [(pk, division, rank, score, regulated) for pk, division, rank, score, regulated in live
-                if rank is not None]
+        rows = list(Result.objects.live().values_list("pk", "division", "rank", "rank_all", "score_ops",
+                                                      "regulated_score_ops"))
     else:
-        rows = list(ranked(results).values_list("pk", "division", "new_rank", "score_ops", "regulated_score_ops"))
+        rows = [(pk, division, rank, rank, score, regulated) for pk, division, rank, score, regulated
+                in ranked(results).values_list("pk", "division", "new_rank", "score_ops", "regulated_score_ops")]
     entries = EditionEntry.objects.bulk_create(
-        (EditionEntry(edition=edition, result_id=pk, division=division, rank=rank, score_ops=score,
-                      regulated_score_ops=regulated) for pk, division, rank, score, regulated in rows),
+        (EditionEntry(edition=edition, result_id=pk, division=division, rank=rank, rank_all=rank_all, score_ops=score,
+                      regulated_score_ops=regulated) for pk, division, rank, rank_all, score, regulated in rows),
         batch_size=2000)
     edition.frozen_at = timezone.now()
     edition.save(update_fields=["frozen_at"])

@@ -131,6 +131,25 @@ AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)
 # Base URL printed in links that leave the request context (management commands, tasks).
 AIPERF_PUBLIC_URL = env.str("AIPERF_PUBLIC_URL", default="http://127.0.0.1:8000")
 
+# ---- trust (DESIGN section 8; docs/service.md "Trust") -------------------------------------
+# auto: a registered system of a known accelerator model is approved at once; manual: a maintainer
+# approves every system.
+AIPERF_SYSTEM_APPROVAL = env.str("AIPERF_SYSTEM_APPROVAL", default="auto")
+if AIPERF_SYSTEM_APPROVAL not in ("auto", "manual"):
+    raise ImproperlyConfigured(f"AIPERF_SYSTEM_APPROVAL must be auto or manual, not {AIPERF_SYSTEM_APPROVAL!r}")
+# The service's witness key (Ed25519 private key, PEM): `manage.py aiperf_witness_key create` makes it.
+AIPERF_WITNESS_KEY_FILE = Path(env.str("AIPERF_WITNESS_KEY_FILE", default=str(VAR_DIR / "witness_key.pem")))
+# Seconds between a witnessed run's heartbeats (the run token says it; the rules bound it to 5-300).
+AIPERF_HEARTBEAT_INTERVAL_S = env.float("AIPERF_HEARTBEAT_INTERVAL_S", default=60.0)
+# A run token not used (no heartbeat) within this many seconds expires.
+AIPERF_TOKEN_TTL_S = env.float("AIPERF_TOKEN_TTL_S", default=3600.0)
+# A token that reached no submission within this many seconds counts as an abandoned run.
+AIPERF_ABANDONED_AFTER_S = env.float("AIPERF_ABANDONED_AFTER_S", default=7 * 86400.0)
+# The rules version results are verified under (spec/rules.py; a private list may add its own with
+# AIPERF_RULES_FILE, a JSON object {version: {"base": "2.0", threshold: value, ...}}).
+AIPERF_RULES_FILE = env.str("AIPERF_RULES_FILE", default="")
+AIPERF_RULES_VERSION = env.str("AIPERF_RULES_VERSION", default="")
+
 # ---- Celery (server/celery.py reads the CELERY_ names) --------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL  # no broker: tasks run in-process

@@ -8,7 +8,9 @@ from aiperf_runner.spec import keys as spec_keys
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from leaderboard.attempts import attempt_counts
 from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
+from leaderboard.systems import is_cpu, known_peak
 
 
 def result_page_url(request, result_id: int) -> str:
@@ -48,14 +50,109 @@ class SiteSerializer(serializers.ModelSerializer):
 class SystemSerializer(serializers.ModelSerializer):
     site = SiteBriefSerializer(read_only=True)
     results = serializers.SerializerMethodField()
+    peak_flops = serializers.SerializerMethodField(
+        help_text="registered: peak FLOP/s per accelerator and precision the results are judged by "
+                  "(null while pending); unregistered: what its run.json declared for the whole system")
+    runs_attempted = serializers.SerializerMethodField(help_text="run tokens the service issued for it")
+    runs_submitted = serializers.SerializerMethodField(help_text="of those, runs submitted")
+    runs_verified = serializers.SerializerMethodField(help_text="of those, runs verified (not rejected)")
+    runs_abandoned = serializers.SerializerMethodField(help_text="tokens older than a week without a submission")
 
     class Meta:
         model = System
-        fields = ["id", "name", "site", "vendor", "accelerator_model", "accelerator_count", "nodes",
-                  "interconnect", "cpu_model", "cpu_cores", "peak_flops", "created_at", "results"]
+        fields = ["id", "name", "site", "registered", "status", "status_reason", "vendor", "accelerator_model",
+                  "accelerators_per_node", "accelerator_count", "nodes", "interconnect", "cpu_model", "cpu_cores",
+                  "memory_per_node", "peak_flops", "created_at", "results", "runs_attempted", "runs_submitted",
+                  "runs_verified", "runs_abandoned"]
 
     def get_results(self, system) -> list[int]:
         return list(Result.objects.live().filter(system=system).order_by("-score_ops").values_list("pk", flat=True))
+
+    @extend_schema_field(serializers.DictField(child=serializers.FloatField(), allow_null=True))
+    def get_peak_flops(self, system):
+        if not system.registered:
+            return system.peak_flops
+        return None if is_cpu(system.accelerator_model) else known_peak(system.accelerator_model)
+
+    def _attempts(self, system) -> dict[str, int]:
+        cache: dict[int, dict[str, int]] = self.context.setdefault("_attempts", {})  # type: ignore[attr-defined]
+        if system.pk not in cache:
+            cache[system.pk] = attempt_counts(system)
+        return cache[system.pk]
+
+    def get_runs_attempted(self, system) -> int:
+        return self._attempts(system)["attempted"]
+
+    def get_runs_submitted(self, system) -> int:
+        return self._attempts(system)["submitted"]
+
+    def get_runs_verified(self, system) -> int:
+        return self._attempts(system)["verified"]
+
+    def get_runs_abandoned(self, system) -> int:
+        return self._attempts(system)["abandoned"]
+
+
+class SystemRegistrationSerializer(serializers.Serializer):
+    """What a site registers (`aiperf-runner system add`)."""
+
+    name = serializers.CharField(max_length=200)
+    accelerator_model = serializers.CharField(max_length=200, help_text="as the runner records it; 'cpu' for none")
+    accelerators_per_node = serializers.IntegerField(min_value=0, max_value=1024)
+    nodes = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    interconnect = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    cpu_model = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    cpu_cores = serializers.IntegerField(min_value=0, max_value=100_000, required=False, default=0,
+                                         help_text="per node")
+    memory_per_node = serializers.IntegerField(min_value=0, required=False, default=0, help_text="bytes")
+
+    def validate(self, data):
+        if data["accelerator_model"].strip().lower() != "cpu" and data["accelerators_per_node"] < 1:
+            raise serializers.ValidationError({"accelerators_per_node": "at least 1 (or accelerator_model 'cpu')"})
+        return data
+
+
+class RunRequestSerializer(serializers.Serializer):
+    """A run a site is about to start (the fields its token binds)."""
+
+    system = serializers.IntegerField(help_text="a registered system of the site")
+    preset = serializers.CharField(max_length=32)
+    rules = serializers.ChoiceField(choices=["v2", "v1-compat"])
+    precision = serializers.ChoiceField(choices=["fp32", "tf32", "bf16", "fp16"])
+    slots = serializers.IntegerField(min_value=1)
+    devices_per_slot = serializers.IntegerField(min_value=1)
+    duration_s = serializers.FloatField(min_value=1)
+    runner_version = serializers.CharField(max_length=32)
+
+
+class RunTokenSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    token = serializers.DictField(help_text="{statement, signature}: run_started carries it")
+    heartbeat_interval_s = serializers.FloatField()
+    witness = serializers.DictField(help_text="{fingerprint, public_key} of the witness key that signed it")
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    statement = serializers.DictField(help_text="run_id, heartbeat_seq, head, log_id, work, epochs, best_accuracy, "
+                                                "sent_at, kind aiperf-heartbeat/1")
+    signature = serializers.CharField(help_text="base64 Ed25519 signature of the statement by the site key")
+
+
+class ReceiptSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    heartbeat_seq = serializers.IntegerField()
+    head = serializers.CharField()
+    received_at = serializers.FloatField()
+    beacon = serializers.CharField()
+    key = serializers.CharField()
+    signature = serializers.CharField()
+
+
+class WitnessKeySerializer(serializers.Serializer):
+    fingerprint = serializers.CharField()
+    public_key = serializers.CharField(help_text="base64 of the 32 raw Ed25519 public-key bytes")
+    created_at = serializers.DateTimeField()
+    retired_at = serializers.DateTimeField(allow_null=True)
 
 
 class LeaderboardEntrySerializer(serializers.ModelSerializer):
@@ -68,9 +165,9 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Result
-        fields = ["rank", "id", "url", "division", "site", "system", "score_ops", "regulated_score_ops",
-                  "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision", "preset",
-                  "verification_level", "rules_version", "verifier_version", "verified_at"]
+        fields = ["rank", "rank_all", "id", "url", "division", "rules", "review", "site", "system", "score_ops",
+                  "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision",
+                  "preset", "verification_level", "rules_version", "verifier_version", "verified_at"]
 
     def get_rank(self, result: Result) -> int | None:
         # `list_rank` when the view says which list (an edition's rank in an edition), else the live rank.

@@ -24,17 +24,23 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from leaderboard import intake
+from leaderboard import intake, systems, witness
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
-from leaderboard.models import Edition, EditionEntry, Result, Site, SiteKey, Submission, System
+from leaderboard.models import Edition, EditionEntry, Result, RunAttempt, Site, SiteKey, Submission, System, WitnessKey
 
 CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
                                               "check": serializers.CharField(help_text="the check that failed")})
 
 EDITION = OpenApiParameter("edition", str, description='a frozen edition (e.g. "2026-11") instead of the live list')
+RULES = OpenApiParameter("rules", str, enum=["v2", "v1-compat"],
+                         description="which list: v2 (default) or the v1-compat results, ranked apart")
+ALL = OpenApiParameter("all", bool, description="every result, not only each system's best (ranks: rank_all)")
+REVIEW = OpenApiParameter("review", str, enum=["pending", "rejected"],
+                          description="results waiting for a list maintainer's review (or refused), off the list")
 FORMAT = OpenApiParameter("format", str, enum=["json", "csv"],
                           description="export the whole filtered list (no pagination) as JSON or CSV")
 RANKED_ORDERING = ["rank", "score_ops", "regulated_score_ops", "max_accuracy", "efficiency", "duration_s",
@@ -59,23 +65,32 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
             return None
         return get_object_or_404(Edition, name=name, frozen_at__isnull=False)
 
-    @staticmethod
-    def with_ranks(qs: QuerySet[Result], edition: Edition | None) -> QuerySet[Result]:
+    def every_result(self) -> bool:
+        return self.request.query_params.get("all", "") in ("1", "true", "yes")
+
+    def with_ranks(self, qs: QuerySet[Result], edition: Edition | None) -> QuerySet[Result]:
+        field = "rank_all" if self.every_result() else "rank"
         if edition is None:
-            return qs.annotate(list_rank=F("rank"))
+            return qs.annotate(list_rank=F(field))
         entry = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
-        return qs.annotate(list_rank=Subquery(entry.values("rank")[:1]))
+        return qs.annotate(list_rank=Subquery(entry.values(field)[:1]))
 
     def base_queryset(self) -> QuerySet[Result]:
+        params = self.request.query_params
+        qs = Result.objects.select_related("site", "system").filter(rules=params.get("rules") or "v2")
+        review = params.get("review")
+        if review in (Result.Review.PENDING, Result.Review.REJECTED):
+            return qs.filter(review=review).annotate(list_rank=F("rank"))
         edition = self.edition()
-        qs = Result.objects.select_related("site", "system")
-        return self.with_ranks(qs.filter(edition_entries__edition=edition) if edition is not None else qs.live(),
-                               edition)
+        listed: QuerySet[Result] = self.with_ranks(
+            qs.filter(edition_entries__edition=edition) if edition is not None else qs.live(), edition)
+        return listed if self.every_result() else listed.exclude(**{"list_rank": None})
 
 
-@extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
+@extend_schema_view(list=extend_schema(parameters=[EDITION, RULES, ALL, REVIEW, FORMAT]))
 class LeaderboardViewSet(RankedResults):
-    """The ranked list: by score within a division. Filters: division, accelerator, vendor, country, edition."""
+    """The ranked list: each system's best result, by score within its division (and FLOP rules).
+    Filters: division, accelerator, vendor, country, edition, rules, all, review."""
 
     serializer_class = s.LeaderboardEntrySerializer
 
@@ -83,16 +98,17 @@ class LeaderboardViewSet(RankedResults):
         return self.base_queryset()
 
 
-@extend_schema_view(list=extend_schema(parameters=[EDITION, FORMAT]))
+@extend_schema_view(list=extend_schema(parameters=[EDITION, RULES, ALL, REVIEW, FORMAT]))
 class ResultViewSet(RankedResults):
     """Results on the list, each with its series and verification report."""
 
     def get_queryset(self):
         if self.action == "list":
             return self.base_queryset()
-        # One result: on the live list, or cited by a frozen edition.
+        # One result: on the live list, under review, or cited by a frozen edition.
         qs = Result.objects.select_related("site", "system", "series", "submission")
         return self.with_ranks(qs.filter(Q(pk__in=Result.objects.live().values("pk"))
+                                         | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED])
                                          | Q(pk__in=EditionEntry.objects.values("result_id"))), self.edition())
 
     def get_serializer_class(self):
@@ -109,12 +125,89 @@ class ResultViewSet(RankedResults):
         return Response(s.TrialSerializer(qs, many=True).data)
 
 
-@extend_schema_view(list=extend_schema(parameters=[FORMAT]))
-class SystemViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = System.objects.select_related("site").all()
+MINE = OpenApiParameter("mine", bool, description="with a site token: only this site's systems")
+
+
+@extend_schema_view(list=extend_schema(parameters=[MINE, FORMAT]))
+class SystemViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Systems: registered by their sites (`aiperf-runner system add`), or described by an unregistered run."""
+
     serializer_class = s.SystemSerializer
     filterset_class = filters.SystemFilter
     ordering_fields = ["nodes", "accelerator_count", "created_at", "accelerator_model"]
+
+    def get_queryset(self):
+        qs = System.objects.select_related("site").all()
+        if self.request.query_params.get("mine") in ("1", "true", "yes") and isinstance(self.request.auth, Site):
+            qs = qs.filter(site=self.request.auth, registered=True)
+        return qs
+
+    @extend_schema(request=s.SystemRegistrationSerializer, responses={201: s.SystemSerializer})
+    def create(self, request, *args, **kwargs):
+        form = s.SystemRegistrationSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        system = systems.register(request.auth, dict(form.validated_data))
+        return Response(self.get_serializer(system).data, status=status.HTTP_201_CREATED)
+
+
+class RunViewSet(viewsets.GenericViewSet):
+    """Witnessed runs: a run token before the run, receipts for its heartbeats while it runs."""
+
+    lookup_field = "run_id"
+    lookup_value_regex = "[0-9a-f]{32}"
+    queryset = RunAttempt.objects.none()
+    serializer_class = s.RunTokenSerializer
+
+    @extend_schema(request=s.RunRequestSerializer, responses={201: s.RunTokenSerializer, 400: CheckError,
+                                                               404: CheckError, 503: CheckError})
+    def create(self, request):
+        form = s.RunRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        fields = dict(form.validated_data)
+        system = System.objects.filter(pk=fields.pop("system"), site=request.auth, registered=True).first()
+        if system is None:
+            return Response({"detail": "no such registered system of this site (aiperf-runner system list)",
+                             "check": "system"}, status=status.HTTP_404_NOT_FOUND)
+        try:
+            attempt = witness.issue_token(request.auth, system, fields)
+        except witness.WitnessUnavailable as exc:
+            return Response({"detail": str(exc), "check": "witness"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response({"run_id": attempt.run_id, "token": witness.token_of(attempt),
+                         "heartbeat_interval_s": attempt.heartbeat_interval_s,
+                         "witness": {"fingerprint": witness.fingerprint()}}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.HeartbeatSerializer, responses={201: s.ReceiptSerializer, 200: s.ReceiptSerializer,
+                                                             403: CheckError, 404: CheckError, 409: CheckError,
+                                                             410: CheckError})
+    @action(detail=True, methods=["post"])
+    def heartbeats(self, request, run_id=None):
+        try:
+            beat, new = witness.receive_heartbeat(request.auth, str(run_id), request.data)
+        except Rejected as exc:
+            return Response({"detail": exc.detail, "check": exc.check}, status=exc.status)
+        return Response(beat.receipt(), status=status.HTTP_201_CREATED if new else status.HTTP_200_OK)
+
+    @extend_schema(responses=s.ReceiptSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def receipts(self, request, run_id=None):
+        attempt = RunAttempt.objects.filter(run_id=run_id).first()
+        if attempt is None or attempt.site_id != getattr(request.auth, "pk", None):
+            return Response({"detail": "no such run of this site", "check": "run"}, status=status.HTTP_404_NOT_FOUND)
+        return Response([h.receipt() for h in attempt.receipts.select_related("attempt")])
+
+
+class WitnessView(APIView):
+    """The service's witness keys: the current one first; retired ones still verify what they signed."""
+
+    @extend_schema(responses=inline_serializer("Witness", {
+        "fingerprint": serializers.CharField(help_text="the current witness key"),
+        "public_key": serializers.CharField(), "keys": s.WitnessKeySerializer(many=True)}))
+    def get(self, request):
+        rows = list(WitnessKey.objects.all())
+        current = next((k for k in rows if k.retired_at is None), None)
+        return Response({"fingerprint": current.fingerprint if current else None,
+                         "public_key": current.public_key if current else None,
+                         "keys": s.WitnessKeySerializer(rows, many=True).data})
 
 
 @extend_schema_view(list=extend_schema(parameters=[FORMAT]))

@@ -1,16 +1,7 @@
-"""Ranks are stored (leaderboard/ranking.py): the column, and the ranks of the results already there."""
+"""Ranks are stored (leaderboard/ranking.py). The ranks of results already there are stored after every
+`migrate` (leaderboard/apps.py), with the ranking's one definition and the current model."""
 
 from django.db import migrations, models
-
-
-def store_ranks(apps, schema_editor):
-    # Ranks have one definition, leaderboard.ranking.rerank, which works on the current model: run it
-    # only where there is something to rank (a fresh database skips it, whatever later migrations add).
-    if not apps.get_model("leaderboard", "Result").objects.exists():
-        return
-    from leaderboard import ranking
-
-    ranking.rerank()
 
 
 class Migration(migrations.Migration):
@@ -27,5 +18,4 @@ class Migration(migrations.Migration):
                                               help_text="place by score within the division on the live list",
                                               null=True),
         ),
-        migrations.RunPython(store_ranks, migrations.RunPython.noop),
     ]

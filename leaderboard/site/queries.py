@@ -45,7 +45,9 @@ PER_PAGE_CHOICES = (25, 50, 100, 250, 500)
 DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE_HTML = 500  # "all" is for downloads; the HTML table pages
 
-FILTERS = ("division", "accelerator", "vendor", "country", "edition")
+FILTERS = ("division", "accelerator", "vendor", "country", "edition", "rules", "all", "review")
+RULES_LISTS = ("v2", "v1-compat")  # the FLOP rules: each its own list
+REVIEWS = ("pending", "rejected")
 
 # sort key -> (label, ORM ordering ascending, first click descending?)
 SORTS: dict[str, tuple[str, list[str], bool]] = {
@@ -66,9 +68,12 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
 
 
 def visible_results() -> QuerySet[Result]:
-    """Results a reader may open: on the live list, or cited by a frozen edition."""
+    """Results a reader may open: on the live list, in review (so the review is public), or cited by a
+    frozen edition."""
     return Result.objects.filter(
         Q(pk__in=Result.objects.live().values("pk"))
+        | Q(pk__in=Result.objects.filter(review__in=[Result.Review.PENDING, Result.Review.REJECTED],
+                                         published=True).values("pk"))
         | Q(pk__in=EditionEntry.objects.filter(edition__frozen_at__isnull=False).values("result_id")))
 
 
@@ -85,6 +90,9 @@ class ListParams:
     vendor: str = ""
     country: str = ""
     edition: str = ""
+    rules: str = ""  # "" = v2; "v1-compat": the v1-compat list
+    all: str = ""  # "1": every result, not only each system's best
+    review: str = ""  # "pending" / "rejected": results off the list, waiting for or refused by a maintainer
     sort: str = "rank"
     page: int = 1
     per: int | None = DEFAULT_PER_PAGE  # None: every row (downloads only)
@@ -98,6 +106,11 @@ class ListParams:
         p.vendor = q.get("vendor", "").strip()[:100]
         p.country = q.get("country", "").strip().upper()[:2]
         p.edition = edition or q.get("edition", "").strip()[:32]
+        rules = q.get("rules", "")
+        p.rules = rules if rules in RULES_LISTS[1:] else ""
+        p.all = "1" if q.get("all", "") in ("1", "true", "yes", "on") else ""
+        review = q.get("review", "")
+        p.review = review if review in REVIEWS else ""
         sort = q.get("sort", "rank")
         p.sort = sort if sort.lstrip("-") in SORTS else "rank"
         try:
@@ -164,25 +177,37 @@ class ListView:
 
 
 # The columns a list row shows or exports (fewer columns, faster rows).
-LIST_FIELDS = ("division", "rank", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision",
+LIST_FIELDS = ("division", "rank", "rank_all", "rules", "review", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision",
                "preset", "rules_version", "verified_at", "published_at", "site", "system", "score_ops",
                "regulated_score_ops", "site__name", "site__country", "system__name", "system__vendor",
                "system__accelerator_model", "system__accelerator_count", "system__nodes", "system__cpu_model")
 
 
-def _base(edition: Edition | None) -> QuerySet[ListResult]:
-    """The rows of a list with the figures as they stand on it: l(ist)division, lrank, lscore, lregulated, ldate."""
-    qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS)
+def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[ListResult]:
+    """The rows of a list with the figures as they stand on it: l(ist)division, lrank, lscore, lregulated, ldate.
+
+    By default each system's best result (`rank`); `all`: every result (`rank_all`); `review`: results off
+    the list waiting for (or refused by) a maintainer; `rules`: the v1-compat list instead of v2.
+    """
+    p = p or ListParams()
+    field = "rank_all" if p.all else "rank"
+    qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS).filter(rules=p.rules or "v2")
+    if p.review:
+        return qs.filter(review=p.review).annotate(
+            ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"), lregulated=F("regulated_score_ops"),
+            ldate=Coalesce("published_at", "verified_at"))
     if edition is None:
-        return qs.live().annotate(ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"),
-                                  lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
-    entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
-    return qs.filter(edition_entries__edition=edition).annotate(
-        ldivision=Subquery(entries.values("division")[:1]),
-        lrank=Subquery(entries.values("rank")[:1]),
-        lscore=Subquery(entries.values("score_ops")[:1]),
-        lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
-        ldate=Coalesce("published_at", "verified_at"))
+        qs = qs.live().annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
+                                lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
+    else:
+        entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
+        qs = qs.filter(edition_entries__edition=edition).annotate(
+            ldivision=Subquery(entries.values("division")[:1]),
+            lrank=Subquery(entries.values(field)[:1]),
+            lscore=Subquery(entries.values("score_ops")[:1]),
+            lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
+            ldate=Coalesce("published_at", "verified_at"))
+    return qs if p.all else qs.filter(lrank__isnull=False)
 
 
 def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
@@ -229,7 +254,7 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
         edition = frozen_editions().filter(name=p.edition).first()
         if edition is None:
             raise Edition.DoesNotExist(p.edition)
-    base = _base(edition)
+    base = _base(edition, p)
     qs = _filtered(base, p).order_by(*_ordering(p))
     page = None
     if p.per is None:

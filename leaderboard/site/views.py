@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from leaderboard.attempts import attempt_counts
 from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
 from leaderboard.pipeline import VERIFIER_VERSION
 from leaderboard.site import charts, queries
@@ -264,6 +265,11 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
             ("Efficiency against peak", fmt.percent(r.efficiency) if r.efficiency is not None else "–"),
             ("Peak at the run's precision", fmt.flops(r.peak_flops)),
             ("Division", r.get_division_display()), ("Verification level", _level_label(r.verification_level)),
+            ("FLOP rules", r.rules + ("" if r.rules == "v2" else " (listed apart from v2 results)")),
+            ("Hardware judged by", (report.get("system") or {}).get("describe") or "–"),
+            ("Review", (r.get_review_display() + (f": {r.review_reason}" if r.review_reason else "")
+                        + (f" ({r.reviewed_by}, {fmt.date(r.reviewed_at)})" if r.reviewed_at else ""))
+             if r.review else "not needed"),
             ("Duration", fmt.duration(r.duration_s)), ("Precision", r.precision or "–"), ("Preset", r.preset or "–"),
             ("Trials finished", f"{r.trials_finished:,}"), ("Epochs", f"{r.epochs:,}"),
         ],
@@ -384,6 +390,10 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             ("Accelerator", f"{s.accelerator_count} × {s.accelerator_model}" if s.accelerator_count else "none (CPU)"),
             ("Nodes", f"{s.nodes:,}"), ("Interconnect", s.interconnect or "–"),
             ("CPU", f"{s.cpu_model or '–'}" + (f" ({s.cpu_cores} cores)" if s.cpu_cores else "")),
+            ("Registration", s.get_status_display() + (f": {s.status_reason}" if s.status_reason else "")),
+            ("Runs attempted / submitted / verified",
+             "{attempted} / {submitted} / {verified}".format(**attempt_counts(s)) if s.registered else "– (unregistered)"),
+            ("Abandoned runs (no submission within a week)", f"{attempt_counts(s)['abandoned']}" if s.registered else "–"),
             ("First seen", fmt.date(s.created_at)),
         ],
         "nav": "list",

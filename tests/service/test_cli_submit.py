@@ -76,7 +76,9 @@ def test_submit_refused_says_which_check(live_server, config_dir, run_dir):
 def test_submit_rejected_by_the_pipeline(live_server, config_dir, run_dir):
     site = new_site("Optimist", "JP", register_key=False)
     assert cli("register", "--server", live_server.url, "--token", site.token).exit_code == 0
-    out = cli("submit", str(run_dir(declared_peak=1.0e3)), "--server", live_server.url, "--token", site.token)
+    from tests.service.test_rejections import slow_system
+
+    out = cli("submit", str(run_dir(system_id=slow_system(site), declared_peak=None)), "--server", live_server.url, "--token", site.token)
     assert out.exit_code == 1
     assert "rejected" in out.stdout and "plausibility.score_peak" in out.stdout
 

@@ -21,7 +21,7 @@ def populated(transactional_db, make_bundle):
     c = new_site("Gamma", "CN")
     specs = [
         (a, dict(epoch_seconds=10.0)),
-        (a, dict(epoch_seconds=5.0)),
+        (a, dict(epoch_seconds=5.0, cpu_model="Another CPU @ 3.00GHz")),  # a second system of Alpha's
         (b, dict(epoch_seconds=2.5, accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=2,
                  declared_peak=1.0e14)),
         (c, dict(epoch_seconds=20.0, accelerator_model="AMD Instinct MI300X", accelerator_count=2,
@@ -99,7 +99,7 @@ def test_result_detail_has_series_and_report(populated):
 
 def test_systems_sites_editions(populated):
     systems = populated.get("/api/v1/systems/").json()
-    assert systems["count"] == 3  # Alpha ran twice on the same machine
+    assert systems["count"] == 4  # Alpha ran on two machines
     sites = populated.get("/api/v1/sites/?country=CN").json()
     assert {s["name"] for s in sites["results"]} == {"Alpha", "Gamma"}
     alpha = next(s for s in sites["results"] if s["name"] == "Alpha")
@@ -124,7 +124,10 @@ def test_systems_sites_editions(populated):
 def test_reads_are_public_writes_are_not(populated):
     assert populated.post("/api/v1/editions/", {"name": "x"}).status_code in (401, 403, 405)
     assert populated.post("/api/v1/keys/", {"public_key": "x"}).status_code in (401, 403)
-    assert Site.objects.count() == 3 and System.objects.count() == 3
+    assert Site.objects.count() == 3 and System.objects.count() == 4
+    assert populated.post("/api/v1/systems/", {"name": "x"}).status_code in (401, 403)
+    assert populated.post("/api/v1/runs/", {"system": 1}).status_code in (401, 403)
+    assert System.objects.count() == 4
 
 
 def test_submission_status_endpoint(populated):
@@ -132,3 +135,16 @@ def test_submission_status_endpoint(populated):
     assert subs["count"] == 4
     one = populated.get(f"/api/v1/submissions/{subs['results'][0]['id']}/").json()
     assert one["status"] == "verified" and one["score_ops"] > 0 and one["reasons"] == []
+
+
+def test_one_entry_per_system_and_the_switch_for_every_result(transactional_db, make_bundle):
+    site = new_site("Twice", "DE")
+    for seconds in (10.0, 5.0):  # the same machine twice: the faster run is the system's entry
+        assert upload(site.client, make_bundle(site.key, epoch_seconds=seconds)).json()["status"] == "verified"
+    client = APIClient()
+    shown = client.get("/api/v1/leaderboard/").json()
+    assert shown["count"] == 1 and shown["results"][0]["rank"] == 1
+    every = client.get("/api/v1/leaderboard/?all=1").json()
+    assert every["count"] == 2 and [r["rank"] for r in every["results"]] == [1, 2]
+    assert every["results"][0]["id"] == shown["results"][0]["id"]
+    assert client.get("/api/v1/leaderboard/?rules=v1-compat").json()["count"] == 0

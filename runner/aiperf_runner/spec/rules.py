@@ -68,6 +68,24 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
 }
 
 
+def add_versions(versions: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Add rules versions of one's own (a private list, a CI service): each is a known version's table
+    (`base`) with some thresholds changed. Returns their names; ValueError names what is wrong."""
+    added = []
+    for name, spec in versions.items():
+        base = spec.get("base")
+        if base not in THRESHOLDS:
+            raise ValueError(f"rules version {name!r}: base {base!r} is not a known version ({', '.join(THRESHOLDS)})")
+        if name in THRESHOLDS and THRESHOLDS[name].get("_base") is None:
+            raise ValueError(f"rules version {name!r} is one of the spec's own and cannot be redefined")
+        unknown = set(spec) - set(THRESHOLDS[base]) - {"base"}
+        if unknown:
+            raise ValueError(f"rules version {name!r}: unknown thresholds {sorted(unknown)}")
+        THRESHOLDS[name] = {**THRESHOLDS[base], **{k: v for k, v in spec.items() if k != "base"}, "_base": base}
+        added.append(name)
+    return added
+
+
 def thresholds(version: str = RULES_VERSION) -> dict[str, Any]:
     try:
         return THRESHOLDS[version]
