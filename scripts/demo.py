@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """`make demo`: a short benchmark on this machine, submitted to a local AIPerf service.
 
-1. A local service in embedded mode (SQLite file, verification in-process): migrate, a demo site
-   and its API token, the site key (keygen into var/demo-config), the dev server on 127.0.0.1:8000
-   in the background, the key registered.
-2. A smoke run: `aiperf-runner run --preset smoke --slots 2 --duration 2m`.
+1. A local service in embedded mode (SQLite file, verification in-process): migrate, the service's
+   witness key, a demo site and its API token, the site key (keygen into var/demo-config), the dev
+   server on 127.0.0.1:8000 in the background, the key registered, this machine registered as the
+   CPU system "AIPerf demo".
+2. A witnessed smoke run: `aiperf-runner run --preset smoke --slots 2 --duration 2m --system "AIPerf demo"`
+   (a run token from the service, heartbeats, the service's receipts in the log).
 3. `aiperf-runner submit`: signed, uploaded, verified by the service; the result's URL printed.
 
 The server keeps running afterwards so the URL can be opened; the script prints how to stop it.
@@ -34,6 +36,7 @@ CONFIG = HOME / "demo-config"
 PIDFILE = HOME / "demo-server.pid"
 LOGFILE = HOME / "demo-server.log"
 SITE = "Demo site"
+SYSTEM = "AIPerf demo"
 DURATION = os.environ.get("AIPERF_DEMO_DURATION", "2m")
 SLOTS = os.environ.get("AIPERF_DEMO_SLOTS", "2")
 
@@ -50,6 +53,8 @@ def service_env() -> dict[str, str]:
         "MEDIA_ROOT": str(HOME / "media"),
         "DEBUG": "1",
         "AIPERF_CONFIG_DIR": str(CONFIG),
+        "AIPERF_WITNESS_KEY_FILE": str(HOME / "witness_key.pem"),
+        "AIPERF_HEARTBEAT_INTERVAL_S": os.environ.get("AIPERF_HEARTBEAT_INTERVAL_S", "20"),
         "PYTHONUNBUFFERED": "1",
     })
     return env
@@ -138,23 +143,35 @@ def site_token() -> str:
     return manage("aiperf_site", "create", SITE, "--country", "CN", capture=True).strip()
 
 
+def demo_system(url: str, token: str) -> None:
+    """This machine, registered once as the demo site's CPU system."""
+    listed = json.loads(runner("system", "list", "--json", capture=True) or "[]")
+    if any(s.get("name") == SYSTEM for s in listed):
+        return
+    say(f"registering this machine as the system {SYSTEM!r} (a CPU system: its peak is the CPU estimate)")
+    runner("system", "add", "--name", SYSTEM, "--accelerator-model", "cpu", "--accelerators-per-node", "0",
+           "--nodes", "1")
+
+
 def main() -> None:
     HOME.mkdir(parents=True, exist_ok=True)
     say("preparing the local service (SQLite, in-process verification)")
     manage("migrate", "--noinput", "-v", "0")
+    manage("aiperf_witness_key", "create")
     token = site_token()
     if not (CONFIG / "site_key.pem").exists():
         say(f"making the demo site key in {CONFIG}")
         runner("keygen")
     pid, url = start_server()
-    runner("register", "--server", url, "--token", token)
+    runner("register", "--server", url, "--token", token)  # saves the server and token in the config directory
+    demo_system(url, token)
 
     runs = HOME / "runs" if os.environ.get("AIPERF_DEMO_HOME") else REPO / "runs"
     run_dir = runs / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    say(f"smoke run: aiperf-runner run --preset smoke --slots {SLOTS} --duration {DURATION} --out {run_dir} "
-        "--system-name 'AIPerf demo'")
+    say(f"witnessed smoke run: aiperf-runner run --preset smoke --slots {SLOTS} --duration {DURATION} "
+        f"--out {run_dir} --system '{SYSTEM}'")
     runner("run", "--preset", "smoke", "--slots", SLOTS, "--duration", DURATION, "--out", str(run_dir),
-           "--system-name", "AIPerf demo")
+           "--system", SYSTEM, "--progress", "plain")
 
     say("submitting the run to the local service")
     out = subprocess.run([str(BIN / "aiperf-runner"), "submit", str(run_dir), "--server", url, "--token", token,

@@ -65,6 +65,10 @@ def _print_human(report: dict[str, Any]) -> None:
         table.add_row(c["name"], result, _num(c["measured"]), _num(c["threshold"]), c["message"])
     console.print(table)
     console.print("[green]integrity OK[/green]" if ok else "[red]integrity FAILED[/red]")
+    if report.get("rejected"):
+        names = ", ".join(c["name"] for c in report["checks"] if not c["passed"] and c["name"].startswith(
+            ("integrity.", "plausibility.", "system.devices", "witness.receipts", "witness.timeline")))
+        console.print(f"[red]the service would reject this run[/red] ({names})")
 
 
 def verify(
@@ -81,6 +85,11 @@ def verify(
         help="The system's registration as JSON (one object of `aiperf-runner system list --json`): the "
              "hardware and peak the run is judged by. Without it the run's own facts stand in and "
              "system.registered fails.")] = None,
+    witness_key: Annotated[list[Path] | None, typer.Option(
+        "--witness-key", metavar="FILE", show_default=False,
+        help="A public key of the service's witness (a line `aiperf-ed25519 <base64>`, or the base64 alone; "
+             "repeatable: retired keys still verify their receipts). Without it the witness.* checks "
+             "cannot be made.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verification report as JSON.")] = False,
 ) -> None:
     """Verify a run: hash chain, signature and manifest, schema; recompute FLOPs and the score; check the rules.
@@ -103,6 +112,15 @@ def verify(
             key = keys.load_public_key(pubkey)
         except (ValueError, OSError) as exc:
             raise _usage(f"--pubkey {pubkey}: {exc}") from None
+    witness_keys = None
+    if witness_key:
+        witness_keys = {}
+        for path_ in witness_key:
+            try:
+                public = keys.load_public_key(path_)
+            except (ValueError, OSError) as exc:
+                raise _usage(f"--witness-key {path_}: {exc}") from None
+            witness_keys[keys.fingerprint(public)] = keys.public_bytes(public)
     registration = None
     if system is not None:
         try:
@@ -112,7 +130,8 @@ def verify(
         if not isinstance(registration, dict):
             raise _usage(f"--system {system}: expected one JSON object (a registered system)")
     try:
-        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature, system=registration)
+        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature, system=registration,
+                            witness_keys=witness_keys)
     except (FileNotFoundError, ValueError) as exc:
         raise _usage(str(exc)) from None
     if as_json:

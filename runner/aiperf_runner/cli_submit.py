@@ -111,6 +111,12 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
                   quiet: bool = False) -> dict[str, Any]:
     """Upload and (optionally) wait; return the submission as the service last described it."""
     say = _say(quiet)
+    if path.is_dir():
+        from aiperf_runner.witnessing import complete_witness
+
+        note = complete_witness(path, service)
+        if note:
+            say(note)
     try:
         out = _bundle_for(path, key_path, say)
     except (keys.KeyFileError, bundle.BundleError) as exc:

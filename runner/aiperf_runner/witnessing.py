@@ -149,3 +149,36 @@ def first_line_hash(log: Any) -> str:
 
 def token_interval(token: dict[str, Any]) -> float:
     return float(token["statement"].get("heartbeat_interval_s") or 60.0)
+
+
+def complete_witness(run_dir: Any, service: Service, timeout: float = 60.0) -> str | None:
+    """Before a witnessed run is packed: if the end of its log was not witnessed (the service was down
+    when the run finished), write a heartbeat now and log its receipt. A note of what happened, or None."""
+    from pathlib import Path
+
+    from aiperf_runner.runstate import RunState
+    from aiperf_runner.spec import keys
+    from aiperf_runner.spec.eventlog import EventWriter
+
+    log = Path(run_dir) / "events.jsonl"
+    state = RunState.load(log, keep_epochs=False)
+    if state.token is None or state.finished_seq is None or state.run_id is None:
+        return None
+    if any(seq > state.finished_seq for seq in state.witnessed):
+        return None  # a receipt after run_finished: the end is witnessed
+    w = Witnessing(service, state.run_id, token_interval(dict(state.token)), keys.load_private_key(),
+                   first_line_hash(log))
+    try:
+        with EventWriter(log) as writer:
+            beat = writer.append("heartbeat", work=0.0, epochs=state.epoch_lines,
+                                 best_accuracy=state.best_epoch_accuracy)
+            w.send(beat["seq"], writer.head, 0.0, state.epoch_lines, state.best_epoch_accuracy)
+            w.wait_idle(timeout)
+            receipts = w.receipts()
+            for receipt in receipts:
+                writer.append("witness", **{k: receipt[k] for k in (*spec_witness.RECEIPT_FIELDS, "signature")})
+    finally:
+        w.stop()
+    if receipts:
+        return "the end of the run is witnessed now: a heartbeat and its receipt were added to the log"
+    return f"the end of the run could not be witnessed: {w.refused or 'the service did not answer'}"

@@ -117,6 +117,7 @@ class Replay:
         self.started_at: float | None = None  # the first run_started
         self.finished_at: float | None = None  # the last run_finished
         self.finish_reason: str | None = None
+        self.finished_seq: int | None = None  # the sequence number of the (last) run_finished line
         self.run_started = 0
         self.run_started_event: Mapping[str, Any] | None = None  # the first one
         self.run_finished = 0
@@ -282,6 +283,7 @@ class Replay:
         if self.run_finished > 1:
             self._anomaly("consistency", line, "run_finished appears more than once")
         self.finished_at = t
+        self.finished_seq = ev.get("seq")
         self.finish_reason = ev.get("reason")
 
     def _trial_proposed(self, ev: Mapping[str, Any], t: float, line: int) -> None:
