@@ -159,14 +159,14 @@ def _verify(sub: Submission) -> dict[str, Any]:
                             witness_keys=witness.public_keys(), records=records)
 
             _step("rules", sub.pk)
-            failed = spec_rules.blocking(report["checks"])
-            if failed:
-                raise Rejected.of([{"check": c["name"], "message": c["message"]} for c in failed])
+            reasons: list[Reason] = duplicate_of(sub, report["epoch_fingerprints"])
+            reasons += [{"check": c["name"], "message": c["message"]} for c in spec_rules.blocking(report["checks"])]
+            if reasons:
+                raise Rejected.of(reasons)
             if not report["integrity_ok"]:
                 raise Rejected("integrity", "the verification report failed integrity")
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
-            check_duplicate(sub, report["epoch_fingerprints"])
             trials = _trials(run_dir, report["rules"])
     except Rejected as exc:
         raise exc.within("integrity") from None  # a bundle check of the upload, made again here
@@ -186,16 +186,17 @@ def registered_system(sub: Submission, run: dict[str, Any]) -> System | None:
     return System.objects.filter(pk=int(wanted), site=sub.site, registered=True).first()
 
 
-def check_duplicate(sub: Submission, digests: list[str]) -> None:
-    """Reject a log whose epoch records repeat another submission's, naming it."""
+def duplicate_of(sub: Submission, digests: list[str]) -> list[Reason]:
+    """The rejection of a log whose epoch records repeat another submission's, naming it ([] if none)."""
     if not digests:
-        return
+        return []
     shared = (EpochFingerprint.objects.filter(digest__in=digests).exclude(submission=sub)
               .values("submission").annotate(n=Count("pk")).order_by("-n").first())
-    if shared is not None and shared["n"] >= min(DUPLICATE_SHARED, len(digests)):
-        other = Submission.objects.select_related("site").get(pk=shared["submission"])
-        raise Rejected("integrity.duplicate", f"the log repeats the epochs of submission {other.pk} (run {other.run_id}, "
-                                              f"site {other.site.name!r}): a run is submitted once")
+    if shared is None or shared["n"] < min(DUPLICATE_SHARED, len(digests)):
+        return []
+    other = Submission.objects.select_related("site").get(pk=shared["submission"])
+    return [{"check": "integrity.duplicate", "message": f"the log repeats the epochs of submission {other.pk} "
+             f"(run {other.run_id}, site {other.site.name!r}): a run is submitted once"}]
 
 
 def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude: int | None) -> str:
@@ -328,8 +329,8 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
                 EpochFingerprint.objects.bulk_create(
                     EpochFingerprint(digest=d, submission=current) for d in set(report["epoch_fingerprints"]))
         except IntegrityError:  # another submission of the same epochs committed meanwhile
-            check_duplicate(current, report["epoch_fingerprints"])
-            raise
+            raise Rejected.of(duplicate_of(current, report["epoch_fingerprints"]) or [
+                {"check": "integrity.duplicate", "message": "the log repeats another submission's epochs"}]) from None
         ResultSeries.objects.update_or_create(result=result, defaults={"points": report["series"]})
         result.trials.all().delete()
         Trial.objects.bulk_create((Trial(result=result, **t) for t in stored["trials"]), batch_size=2000)

@@ -1,0 +1,299 @@
+"""Trust end to end (DESIGN section 8) on PostgreSQL, Redis, gunicorn and a real Celery worker.
+
+Real witnessed smoke runs (`aiperf-runner run --system ...`, torch on this CPU) against the service:
+a run token, heartbeats, the service's receipts; one run killed with SIGKILL and resumed; one run
+whose service stops for two minutes. Then the forgeries a site holding its own key could make of a
+real witnessed log (tests/forgeries.py, and the witness's own), re-signed with the site key and
+uploaded: each ends rejected or outside the official ranking with its named check, while the honest
+log stays official.
+
+The service runs a rules version of its own for CI (`AIPERF_RULES_FILE`: a short smoke run can be
+official), heartbeats every 5 s. Skipped locally without PostgreSQL or Redis, required under CI.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiperf_runner.spec import bundle, keys, witness
+
+from devdata.runfactory import rewrite_events
+from tests.forgeries import FORGERIES, Forgery
+from tests.service.stack import BIN, Stack, require_services
+from tests.verify.test_witness import append, lines
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+H100 = "NVIDIA H100 80GB HBM3"
+CI_RULES = {"2.0-ci": {"base": "2.0", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5}}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    require_services()
+    work = tmp_path_factory.mktemp("trust")
+    (work / "rules.json").write_text(json.dumps(CI_RULES))
+    s = Stack(work)
+    s.env.update({"AIPERF_WITNESS_KEY_FILE": str(work / "witness_key.pem"), "AIPERF_HEARTBEAT_INTERVAL_S": "5",
+                  "AIPERF_RULES_FILE": str(work / "rules.json"), "AIPERF_RULES_VERSION": "2.0-ci"})
+    try:
+        s.start()
+        s.manage("aiperf_witness_key", "create")
+        s.start_worker("worker")
+        yield s
+    finally:
+        s.stop()
+
+
+class Site:
+    """A site with its token, its key (config dir) and one registered system (two H100s, one node)."""
+
+    def __init__(self, stack: Stack, name: str) -> None:
+        self.stack = stack
+        self.token, self.config = stack.new_site(name, "DE")
+        out = stack.runner("system", "add", "--name", f"{name} box", "--accelerator-model", H100,
+                           "--accelerators-per-node", "2", "--nodes", "1", "--json", config=self.config)
+        self.system = json.loads(out.stdout)
+        assert self.system["status"] == "approved", self.system
+
+    def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0) -> subprocess.Popen:
+        return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--preset", "smoke", "--slots", str(slots),
+                                 "--duration", duration, "--seed", str(seed), "--out", str(run), "--system",
+                                 str(self.system["id"]), "--progress", "plain"],
+                                env={**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def submit(self, path: Path) -> dict[str, Any]:
+        return self.stack.submit(path, self.token, self.config)
+
+    def key(self) -> Any:
+        return keys.load_private_key(self.config / "site_key.pem")
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def checks(stack: Stack, sub: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    result = stack.get(f"/api/v1/results/{sub['url'].rstrip('/').rsplit('/', 1)[1]}/")
+    return {c["name"]: c for c in result["report"]["checks"]}
+
+
+@pytest.fixture(scope="module")
+def runs(stack, tmp_path_factory):
+    """The honest run and a run killed with SIGKILL and resumed, side by side; one site each."""
+    work = tmp_path_factory.mktemp("runs")
+    honest_site, resumed_site = Site(stack, "Honest Lab"), Site(stack, "Resumed Lab")
+    honest = honest_site.start_run(work / "honest", "50s", slots=1, seed=1)
+    resumed = resumed_site.start_run(work / "resumed", "50s", slots=1, seed=2)
+    time.sleep(22)
+    resumed.send_signal(signal.SIGKILL)  # the controller only: its trials are reaped by the resume
+    resumed.wait(timeout=30)
+    again = subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--resume", str(work / "resumed"),
+                              "--progress", "plain"], env={**stack.env, "AIPERF_CONFIG_DIR": str(resumed_site.config)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finish(honest)
+    finish(again)
+    return {"honest": (honest_site, work / "honest"), "resumed": (resumed_site, work / "resumed")}
+
+
+WITNESS_CHECKS = ("witness.token", "witness.receipts", "witness.coverage", "witness.timeline")
+
+
+def test_a_witnessed_run_is_official_and_on_the_record(stack, runs):
+    site, run = runs["honest"]
+    sub = site.submit(run)
+    assert sub["status"] == "verified" and sub["division"] == "official", sub
+    got = checks(stack, sub)
+    assert all(got[name]["passed"] for name in WITNESS_CHECKS), {n: got[n]["message"] for n in WITNESS_CHECKS}
+    assert got["system.registered"]["passed"] and got["system.devices"]["passed"]
+    system = stack.get(f"/api/v1/systems/{site.system['id']}/")
+    assert (system["runs_attempted"], system["runs_submitted"], system["runs_verified"]) == (1, 1, 1)
+    receipts = [e for e in lines(run) if e["type"] == "witness"]
+    assert len(receipts) >= 8  # a receipt every 5 s over ~50 s, and the final one after run_finished
+    assert lines(run)[0]["token"]["statement"]["run_id"] == lines(run)[0]["run_id"]
+
+
+def test_kill_9_and_resume_continue_the_same_token(stack, runs):
+    site, run = runs["resumed"]
+    events = lines(run)
+    assert sum(e["type"] == "run_resumed" for e in events) == 1
+    resumed_at = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
+    assert any(e["type"] == "witness" for e in events[resumed_at:])  # receipts continue after the resume
+    sub = site.submit(run)
+    assert sub["status"] == "verified", sub
+    got = checks(stack, sub)
+    assert all(got[name]["passed"] for name in WITNESS_CHECKS), {n: got[n]["message"] for n in WITNESS_CHECKS}
+
+
+def test_a_service_outage_is_reported_in_the_coverage(stack, tmp_path):
+    site = Site(stack, "Outage Lab")
+    run = tmp_path / "outage"
+    proc = site.start_run(run, "170s", slots=1, seed=3)
+    time.sleep(25)
+    stack.kill("web", signal.SIGTERM)  # the service is gone for two minutes
+    down = time.time()
+    time.sleep(120)
+    stack.spawn("web", [str(BIN / "gunicorn"), "server.wsgi:application", "--bind", f"127.0.0.1:{stack.port}",
+                        "--workers", "2", "--timeout", "120"])
+    stack.wait_ready()
+    up = time.time()
+    finish(proc)
+    events = lines(run)
+    assert any(e["type"] == "epoch_end" and down + 5 < e["ended_at"] < up - 5 for e in events)  # training went on
+    assert any(e["type"] == "witness" and e["received_at"] > up for e in events)  # heartbeats resumed
+    sub = site.submit(run)
+    assert sub["status"] == "verified", sub  # an outage is not a forgery
+    coverage = checks(stack, sub)["witness.coverage"]
+    assert coverage["measured"] >= 110 and not coverage["passed"], coverage  # 2 minutes > 5 intervals of 5 s
+    assert sub["division"] == "open"
+
+
+# ---- forgeries of a real witnessed log -----------------------------------------------------------------
+def resign(site: Site, path: Path) -> Path:
+    for name in ("MANIFEST.json", "MANIFEST.sig"):
+        (path / name).unlink(missing_ok=True)
+    return bundle.pack(path, path.with_suffix(".tar.gz"), site.key())
+
+
+def upload_forgery(stack: Stack, site: Site, path: Path) -> dict[str, Any]:
+    r = httpx.post(f"{stack.url}/api/v1/submissions/", headers={"Authorization": f"Token {site.token}"},
+                   files={"bundle": ("b.tar.gz", resign(site, path).read_bytes(), "application/gzip")}, timeout=60)
+    if r.status_code not in (200, 201):
+        return {"status": "refused", "reasons": [{"check": r.json().get("check"), "message": r.json().get("detail")}]}
+    sub = r.json()
+    deadline = time.monotonic() + 120
+    while sub["status"] not in ("verified", "rejected") and time.monotonic() < deadline:
+        time.sleep(0.3)
+        sub = stack.get(f"/api/v1/submissions/{sub['id']}/")
+    return sub
+
+
+def outcome(stack: Stack, sub: dict[str, Any]) -> tuple[str, set[str]]:
+    """('rejected' | 'open' | 'official', the failed checks)."""
+    if sub["status"] in ("rejected", "refused"):
+        return "rejected", {r["check"] for r in sub["reasons"]}
+    result = stack.get(f"/api/v1/results/{sub['result']}/")
+    return result["division"], {c["name"] for c in result["report"]["checks"] if not c["passed"]}
+
+
+def other_system(stack: Stack, site: Site, **fields: Any) -> int:
+    out = stack.runner("system", "add", "--name", "second box", "--accelerator-model", H100, "--nodes", "1",
+                       "--accelerators-per-node", "1", *[a for k, v in fields.items() for a in (f"--{k}", str(v))],
+                       "--json", config=site.config)
+    return int(json.loads(out.stdout)["id"])
+
+
+@pytest.fixture(scope="module")
+def honest_submitted(stack, runs):
+    site, run = runs["honest"]
+    sub = site.submit(run)  # the same bundle again: the same submission
+    assert sub["status"] == "verified" and sub["division"] == "official", sub
+    return site, run
+
+
+@pytest.mark.parametrize("forgery", [f for f in FORGERIES if not f.fresh], ids=lambda f: f.name)
+def test_trust1_forgery_of_a_witnessed_log(stack, honest_submitted, forgery: Forgery, tmp_path):
+    site, honest = honest_submitted
+    path = Path(shutil.copytree(honest, tmp_path / "forged"))
+    forgery.forge(path)
+    expected = {forgery.check}
+    if forgery.registration:  # the forger names another registered system of its own
+        model = forgery.registration.get("accelerator_model", H100)
+        per_node = forgery.registration.get("accelerators_per_node", 1)
+        system_id = other_system(stack, site, **{"accelerator-model": model, "accelerators-per-node": per_node})
+        run = json.loads((path / "run.json").read_text())
+        run["system"]["id"] = system_id
+        (path / "run.json").write_text(json.dumps(run))
+        expected |= {"witness.token"}  # the run token was issued for the honest system
+    got, failed = outcome(stack, upload_forgery(stack, site, path))
+    assert got in ("rejected", "open"), (got, failed)
+    assert expected & failed, (forgery.name, failed)
+
+
+def forge_witness(path: Path, how: str, other_run: Path) -> None:
+    start = lines(path)[0]["t"]
+    if how == "timestamps-scaled":
+        def scale(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            for e in events:
+                e["t"] = start + (e["t"] - start) / 2
+                for k in ("started_at", "ended_at"):
+                    if k in e:
+                        e[k] = start + (e[k] - start) / 2
+            return events
+        rewrite_events(path, scale)
+    elif how == "epochs-after-the-last-receipt":
+        last = [e for e in lines(path) if e["type"] == "epoch_end"][-1]
+        t = lines(path)[-1]["t"]
+        append(path, [{**{k: v for k, v in last.items() if k not in ("seq", "prev")}, "t": t + 1,
+                       "epoch": last["epoch"] + 1, "started_at": t - 5, "ended_at": t}])
+    elif how == "receipts-of-another-key":
+        impostor = keys.generate_key()
+        fp = keys.fingerprint(impostor)
+
+        def resigned(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            for e in events:
+                if e["type"] == "witness":
+                    e["key"] = fp
+                    e["signature"] = witness.sign(impostor, witness.receipt_statement(e))
+            return events
+        rewrite_events(path, resigned)
+    elif how == "receipt-of-another-run":
+        moved = [e for e in lines(other_run) if e["type"] == "witness"][2]
+        append(path, [{k: v for k, v in moved.items() if k not in ("seq", "prev")}])
+    elif how == "receipts-removed":
+        rewrite_events(path, lambda events: [e for i, e in enumerate(events) if e["type"] != "witness" or i % 2])
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["timestamps-scaled", "epochs-after-the-last-receipt", "receipts-of-another-key",
+                                 "receipt-of-another-run", "receipts-removed"])
+def test_trust2_forgery_fails_a_witness_check(stack, honest_submitted, runs, how: str, tmp_path):
+    site, honest = honest_submitted
+    path = Path(shutil.copytree(honest, tmp_path / "forged"))
+    forge_witness(path, how, runs["resumed"][1])
+    got, failed = outcome(stack, upload_forgery(stack, site, path))
+    assert got in ("rejected", "open") and {f for f in failed if f.startswith("witness.")}, (how, got, failed)
+
+
+def test_a_token_used_for_a_second_run(stack, tmp_path):
+    """A second log under the same token: its heartbeats are refused, and the token fails the check."""
+    site = Site(stack, "Twice Lab")
+    run = tmp_path / "first"
+    finish(site.start_run(run, "30s", slots=1, seed=4))
+    token = lines(run)[0]["token"]
+    statement = {"kind": witness.HEARTBEAT_KIND, "run_id": token["statement"]["run_id"], "heartbeat_seq": 1,
+                 "head": "ab" * 32, "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None,
+                 "sent_at": time.time()}
+    r = httpx.post(f"{stack.url}/api/v1/runs/{statement['run_id']}/heartbeats/",
+                   headers={"Authorization": f"Token {site.token}"},
+                   json={"statement": statement, "signature": witness.sign(site.key(), statement)}, timeout=30)
+    assert r.status_code == 409 and r.json()["check"] == "token", r.text
+    sub = site.submit(run)
+    got = checks(stack, sub) if sub["status"] == "verified" else {}
+    assert sub["status"] == "rejected" or not got["witness.token"]["passed"], sub
+    assert "second run" in json.dumps(sub) + json.dumps(got)
+
+
+def test_heartbeats_need_the_site_key(stack, runs):
+    site, run = runs["honest"]
+    run_id = lines(run)[0]["run_id"]
+    statement = {"kind": witness.HEARTBEAT_KIND, "run_id": run_id, "heartbeat_seq": 10_000, "head": "ab" * 32,
+                 "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None, "sent_at": time.time()}
+    forged = base64.b64encode(keys.generate_key().sign(witness.canonical(statement))).decode()
+    r = httpx.post(f"{stack.url}/api/v1/runs/{run_id}/heartbeats/", headers={"Authorization": f"Token {site.token}"},
+                   json={"statement": statement, "signature": forged}, timeout=30)
+    assert r.status_code == 403 and r.json()["check"] == "signature"
+
