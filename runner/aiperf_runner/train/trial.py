@@ -96,7 +96,7 @@ class TrialConfig:
         graph = Graph.from_json(graph_json)
         graph.validate()
         data = DataSpec.from_trial(trial)
-        want = (3, data.image_size, data.image_size)
+        want = (data.channels, data.image_size, data.image_size)
         if tuple(graph.input_shape) != want:
             raise TrialError(f"graph input shape {list(graph.input_shape)} does not match the dataset's "
                              f"images {list(want)}")
