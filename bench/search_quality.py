@@ -121,7 +121,6 @@ def compare(results: list[dict[str, Any]]) -> bool:
 
 
 def write_chart(results: list[dict[str, Any]], path: Path, duration_s: float) -> None:
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,

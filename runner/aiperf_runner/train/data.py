@@ -30,10 +30,10 @@ import hashlib
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -292,7 +292,7 @@ class TensorLoader:
             self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
-        n = len(self.sampler)
+        n = len(cast(Sized, self.sampler))  # the samplers used here all have a length
         batches = -(-n // self.batch_size)
         if self.drop_singleton and n % self.batch_size == 1 and n > 1:
             batches -= 1
@@ -427,6 +427,25 @@ class TrialData:
     normalizer: Normalizer
 
 
+def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int, device: torch.device,
+                    shuffle_seed: int, normalizer: Normalizer) -> TrialData:
+    """smoke (generated) or fashion-mnist (memory-mapped, augmented): batched by TensorLoader."""
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None
+    if spec.name == "smoke":
+        assert spec.train_images is not None and spec.val_images is not None
+        train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
+        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
+    else:
+        train_x, train_y, val_x, val_y = fashion_mnist_tensors(spec)
+        augment = CropFlip(FASHION_MNIST_PADDING)
+    indices = cast(Any, range(len(train_y)))  # DistributedSampler only needs len() of its "dataset"
+    train_sampler: DistributedSampler[int] = DistributedSampler(indices, num_replicas=world_size, rank=rank,
+                                                                shuffle=True, seed=shuffle_seed)
+    train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True, augment=augment)
+    val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
+    return TrialData(train, val, len(train_y), len(val_y), normalizer)
+
+
 def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: int = 1,
                device: torch.device | None = None, shuffle_seed: int = 0, local_world_size: int = 1,
                workers: int | None = None, channels_last: bool = False) -> TrialData:
@@ -434,18 +453,7 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     device = device or torch.device("cpu")
     normalizer = Normalizer(spec.name, device, channels_last)
     if spec.name in ("smoke", "fashion-mnist"):
-        augment: Callable[[torch.Tensor], torch.Tensor] | None = None
-        if spec.name == "smoke":
-            train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
-            val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
-        else:
-            train_x, train_y, val_x, val_y = fashion_mnist_tensors(spec)
-            augment = CropFlip(FASHION_MNIST_PADDING)
-        train_sampler = DistributedSampler(range(len(train_y)), num_replicas=world_size, rank=rank,
-                                           shuffle=True, seed=shuffle_seed)
-        train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True, augment=augment)
-        val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
-        return TrialData(train, val, len(train_y), len(val_y), normalizer)
+        return _in_memory_data(spec, batch_size, rank, world_size, device, shuffle_seed, normalizer)
 
     from torchvision.datasets import ImageFolder
 
@@ -465,7 +473,8 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     pin = device.type == "cuda"
     common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
                               "persistent_workers": workers > 0}
-    train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
+    train_sampler: DistributedSampler[Any] = DistributedSampler(train_set, num_replicas=world_size, rank=rank,
+                                                                shuffle=True, seed=shuffle_seed)
     train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)
     val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
     return TrialData(train, val, len(train_set), len(val_set), normalizer)
