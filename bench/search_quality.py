@@ -39,6 +39,8 @@ from aiperf_runner.cli_run import parse_duration  # noqa: E402
 from aiperf_runner.controller import Controller, RunConfig, make_search  # noqa: E402
 from aiperf_runner.runstate import RunState  # noqa: E402
 from aiperf_runner.search.baselines import random_search_factory, seed_only_factory  # noqa: E402
+from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
+from aiperf_runner.spec.graph import load_graph  # noqa: E402
 from aiperf_runner.spec.verify import verify  # noqa: E402
 
 ARMS = {
@@ -66,14 +68,15 @@ def run_arm(arm: str, run_dir: Path, args: argparse.Namespace) -> dict[str, Any]
             signal.signal(s, handler)
     report = verify(run_dir)
     state = RunState.load(run_dir)
-    series = [(p["t"], p["max_accuracy"], p["regulated"]) for p in report["series"]]
+    # Before the first epoch there is no accuracy yet (the series says 0): None, not a point at 0.
+    series = [(p["t"], p["max_accuracy"] or None, p["regulated"]) for p in report["series"]]
     duration = args.duration_s
 
     def best_at(t: float) -> float | None:
         seen = [acc for when, acc, _reg in series if when <= t + 1e-6 and acc is not None]
         return max(seen) if seen else None
 
-    return {"arm": arm, "reason": reason, "run_dir": run_dir, "series": series,
+    return {"arm": arm, "reason": reason, "run_dir": run_dir, "series": series, "rows": trial_rows(run_dir, state),
             "best": [best_at(q * duration) for q in QUARTERS],
             "max_accuracy": report["max_accuracy"], "score": report["score_ops"],
             "regulated": report["regulated_score_ops"], "integrity_ok": report["integrity_ok"],
@@ -81,15 +84,31 @@ def run_arm(arm: str, run_dir: Path, args: argparse.Namespace) -> dict[str, Any]
             "morphisms": state.morphism_counts(), "utilisation": state.slot_utilisation(state.finished_at)}
 
 
+def trial_rows(run_dir: Path, state: RunState) -> list[str]:
+    """One line per trial, to see why an arm did what it did: round, epochs done of the budget, cost
+    per image against the first trial's (the seed's), best accuracy, where the hyper-parameters
+    came from, the morphisms that made the architecture."""
+    rows, seed_flops = [], None
+    for tr in sorted(state.trials.values(), key=lambda t: t.seq):
+        flops = flops_per_image(load_graph(str(run_dir / "trials" / tr.trial / "graph.json"))).train
+        seed_flops = seed_flops or flops
+        hp = tr.hparams
+        rows.append(f"{tr.trial} r{tr.round} {len(tr.epochs):>2}/{tr.epoch_budget:<2} epochs  cost x{flops / seed_flops:4.2f}  "
+                    f"best {_acc(tr.epoch_best)}  {tr.status:9} {tr.hparam_source:9} bs {hp.get('batch_size')} "
+                    f"lr {float(hp.get('lr', 0)):.3f}  {'+'.join(tr.morphisms) or '-'}")
+    return rows
+
+
 def _acc(value: float | None) -> str:
     return "   -  " if value is None else f"{value:.4f}"
 
 
 def print_table(results: list[dict[str, Any]], duration_s: float) -> None:
-    from aiperf_runner.progress import fmt_ops
+    from aiperf_runner.progress import fmt_duration, fmt_ops
 
-    marks = "  ".join(f"best@{q * duration_s / 60:.0f}m".rjust(9) for q in QUARTERS)
-    print(f"\n{'arm':8} {'trials':>6} {'archs':>5}  {marks}  {'score':>12} {'regulated':>12} {'slot use':>8}  morphisms")
+    marks = "  ".join(f"@{fmt_duration(q * duration_s)}".rjust(9) for q in QUARTERS)
+    print("\nbest validation accuracy at quarters of the run (@ elapsed time), final score and regulated score")
+    print(f"{'arm':8} {'trials':>6} {'archs':>5}  {marks}  {'score':>12} {'regulated':>12} {'slot use':>8}  morphisms")
     for r in results:
         best = "  ".join(_acc(b).rjust(9) for b in r["best"])
         util = "-" if r["utilisation"] is None else f"{r['utilisation']:.1%}"
@@ -121,6 +140,7 @@ def compare(results: list[dict[str, Any]]) -> bool:
 
 
 def write_chart(results: list[dict[str, Any]], path: Path, duration_s: float) -> None:
+    from aiperf_runner.progress import fmt_duration
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
@@ -136,7 +156,7 @@ def write_chart(results: list[dict[str, Any]], path: Path, duration_s: float) ->
     fig.update_xaxes(title_text="minutes since run start", row=2, col=1)
     fig.update_yaxes(title_text="accuracy", row=1, col=1)
     fig.update_yaxes(title_text="OPS", row=2, col=1)
-    fig.update_layout(title=f"fashion-mnist, {duration_s / 60:.0f} minutes per search", height=800)
+    fig.update_layout(title=f"fashion-mnist, {fmt_duration(duration_s)} per search", height=800)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(path), include_plotlyjs=True, full_html=True)
 
@@ -172,6 +192,8 @@ def main() -> int:
         print(f"   {r['reason']} after {time.perf_counter() - t0:.0f} s: {r['trials']} trials finished, "
               f"best accuracy {_acc(r['max_accuracy'])}, integrity {'ok' if r['integrity_ok'] else 'FAILED'}",
               flush=True)
+        for row in r["rows"]:
+            print(f"     {row}")
 
     print_table(results, args.duration_s)
     ahead = compare(results)

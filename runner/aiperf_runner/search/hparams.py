@@ -68,7 +68,7 @@ SPACES: dict[str, Space] = {
     # smoke: the small seed reaches > 0.9 in 4-5 CPU epochs at batch 32, lr 0.05 (cosine decay)
     "smoke": Space((32, 64, 128), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
                    {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}),
-    # fashion-mnist: FASHION_SPACE_NOTE
+    # fashion-mnist: the seed reaches ~0.914 in 12 epochs at batch 128 or 64, lr 0.05 (cosine decay)
     "fashion-mnist": Space((64, 128, 256), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
                            {"batch_size": 128, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0,
                             "dropout": 0.0}),
