@@ -36,7 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
 from aiperf_runner.cli_run import parse_duration  # noqa: E402
-from aiperf_runner.controller import Controller, RunConfig, make_search  # noqa: E402
+from aiperf_runner.controller import Controller, ControllerError, RunConfig, make_search  # noqa: E402
+from aiperf_runner.presets import PresetError  # noqa: E402
+from aiperf_runner.progress import fmt_duration  # noqa: E402
 from aiperf_runner.runstate import RunState  # noqa: E402
 from aiperf_runner.search.baselines import random_search_factory, seed_only_factory  # noqa: E402
 from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
@@ -104,7 +106,7 @@ def _acc(value: float | None) -> str:
 
 
 def print_table(results: list[dict[str, Any]], duration_s: float) -> None:
-    from aiperf_runner.progress import fmt_duration, fmt_ops
+    from aiperf_runner.progress import fmt_ops
 
     marks = "  ".join(f"@{fmt_duration(q * duration_s)}".rjust(9) for q in QUARTERS)
     print("\nbest validation accuracy at quarters of the run (@ elapsed time), final score and regulated score")
@@ -140,7 +142,6 @@ def compare(results: list[dict[str, Any]]) -> bool:
 
 
 def write_chart(results: list[dict[str, Any]], path: Path, duration_s: float) -> None:
-    from aiperf_runner.progress import fmt_duration
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
@@ -179,7 +180,7 @@ def main() -> int:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (known: {', '.join(ARMS)})")
     out = args.out or Path(tempfile.mkdtemp(prefix="aiperf-search-quality-"))
     html = args.html or out / "search_quality.html"
-    print(f"fashion-mnist, {args.slots} slots, {args.duration_s / 60:g} min per arm, arms {', '.join(arms)}; "
+    print(f"fashion-mnist, {args.slots} slots, {fmt_duration(args.duration_s)} per arm, arms {', '.join(arms)}; "
           f"runs in {out}", flush=True)
 
     results = []
@@ -187,7 +188,11 @@ def main() -> int:
         run_dir = out / arm
         t0 = time.perf_counter()
         print(f"== {arm}: {ARMS[arm][0]} -> {run_dir}", flush=True)
-        r = run_arm(arm, run_dir, args)
+        try:
+            r = run_arm(arm, run_dir, args)
+        except (ControllerError, PresetError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         results.append(r)
         print(f"   {r['reason']} after {time.perf_counter() - t0:.0f} s: {r['trials']} trials finished, "
               f"best accuracy {_acc(r['max_accuracy'])}, integrity {'ok' if r['integrity_ok'] else 'FAILED'}",
