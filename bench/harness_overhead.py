@@ -1,7 +1,9 @@
 """Images/s of the trial program's training loop against a plain PyTorch loop (target ratio >= 0.95).
 
-Side by side in this process, on the same model (small_resnet, the smoke seed) and the same data
-(the generated smoke set, same loader, same batches):
+Side by side in this process, on the same model (the preset's seed architecture) and the same data
+(`--preset smoke`: the generated smoke set; `--preset fashion-mnist`: Fashion-MNIST's training
+images, memory-mapped and augmented with random crop + flip as in a trial), same loader, same
+batches, same memory format (`--memory-format`, default channels_last as trials use):
 
   plain    for x, y in loader: normalise (the same Normalizer), forward, cross-entropy, zero_grad,
            backward, step
@@ -16,8 +18,9 @@ images per CPU-second (process time; steadier on a shared machine with --threads
 beside it. The per-epoch extras of the trial program (validation aside: the checkpoint write
 and the event-log line, both fsync'ed) are timed separately and shown as a fraction of an epoch.
 
-    python bench/harness_overhead.py                  # defaults: 32x32, batch 64, 384 images/epoch, 12 pairs
+    python bench/harness_overhead.py                  # defaults: smoke, 32x32, batch 64, 384 images/epoch, 12 pairs
     python bench/harness_overhead.py --pairs 4 --train-images 256 --threads 0
+    python bench/harness_overhead.py --preset fashion-mnist   # 28x28x1, batch 128, 7,680 real images/epoch
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from aiperf_runner.search.seeds import small_resnet  # noqa: E402
+from aiperf_runner.presets import get_preset  # noqa: E402
+from aiperf_runner.search.hparams import defaults  # noqa: E402
+from aiperf_runner.search.seeds import seed_for_preset, small_resnet  # noqa: E402
 from aiperf_runner.spec.eventlog import EventWriter  # noqa: E402
 from aiperf_runner.train.builder import build_module  # noqa: E402
-from aiperf_runner.train.data import DataSpec, build_data  # noqa: E402
+from aiperf_runner.train.data import DataSpec, TensorLoader, TrialData, build_data  # noqa: E402
 from aiperf_runner.train.precision import setup_precision  # noqa: E402
 from aiperf_runner.train.trial import CosineSchedule, save_checkpoint, train_one_epoch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -45,11 +50,27 @@ from torch import nn  # noqa: E402
 TARGET = 0.95
 
 
+def fashion_mnist_data(train_images: int, batch_size: int, channels_last: bool) -> TrialData:
+    """The first `train_images` of Fashion-MNIST's training set, loaded and augmented as a trial does."""
+    spec = DataSpec("fashion-mnist", 10, 28, channels=1)
+    full = build_data(spec, batch_size=batch_size, shuffle_seed=0, channels_last=channels_last)
+    assert isinstance(full.train, TensorLoader)
+    n = min(train_images, full.train_size)
+    sampler = torch.utils.data.DistributedSampler(range(n), num_replicas=1, rank=0, shuffle=True, seed=0)
+    train = TensorLoader(full.train.images[:n], full.train.labels[:n], batch_size, sampler, drop_singleton=True,
+                         augment=full.train.augment)
+    return TrialData(train, full.val, n, full.val_size, full.normalizer)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train-images", type=int, default=384)
-    ap.add_argument("--image-size", type=int, default=32)
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--preset", choices=("smoke", "fashion-mnist"), default="smoke")
+    ap.add_argument("--train-images", type=int, default=None, help="images per timed epoch "
+                                                                   "(default: smoke 384, fashion-mnist 7,680)")
+    ap.add_argument("--image-size", type=int, default=32, help="smoke only (fashion-mnist is 28x28)")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: smoke 64, fashion-mnist the preset's 128")
+    ap.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last",
+                    help="of the model and the batches, on both sides (trials use channels_last)")
     ap.add_argument("--pairs", type=int, default=12, help="ABBA pairs of timed epochs")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: steadiest, and the loop's own cost weighs most; 0: torch's default)")
@@ -58,15 +79,28 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     torch.manual_seed(0)
-
-    spec = DataSpec("smoke", 10, args.image_size, train_images=args.train_images, val_images=10)
-    data = build_data(spec, batch_size=args.batch_size, device=device, shuffle_seed=0)
-    graph = small_resnet(10, args.image_size)
+    channels_last = args.memory_format == "channels_last"
+    fashion = args.preset == "fashion-mnist"
+    if fashion:
+        args.train_images = args.train_images or 7_680
+        args.batch_size = args.batch_size or int(defaults("fashion-mnist")["batch_size"])
+        args.image_size = 28
+        data = fashion_mnist_data(args.train_images, args.batch_size, channels_last)
+        graph = seed_for_preset("fashion-mnist")
+    else:
+        args.train_images = args.train_images or 384
+        args.batch_size = args.batch_size or 64
+        spec = DataSpec("smoke", 10, args.image_size, train_images=args.train_images, val_images=10)
+        data = build_data(spec, batch_size=args.batch_size, device=device, shuffle_seed=0, channels_last=channels_last)
+        graph = small_resnet(10, args.image_size)
+    epoch_images = int(get_preset(args.preset).dataset(None)["train_images"])
     init = build_module(graph).state_dict()
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def fresh() -> tuple[nn.Module, torch.optim.Optimizer]:
         model = build_module(graph)
         model.load_state_dict(init)
+        model.to(memory_format=memory_format)
         return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
 
     # ---- plain --------------------------------------------------------------------------------
@@ -102,8 +136,9 @@ def main() -> int:
     sides = {"plain": plain_epoch, "harness": harness_epoch}
     rates: dict[str, list[float]] = {"plain": [], "harness": []}
     cpu_rates: dict[str, list[float]] = {"plain": [], "harness": []}
-    print(f"small_resnet {args.image_size}x{args.image_size}, batch {args.batch_size}, {args.train_images} images/epoch, "
-          f"{torch.get_num_threads()} thread(s), torch {torch.__version__}")
+    print(f"{args.preset}: seed {len(graph.layers)} layers, input {'x'.join(map(str, graph.input_shape))}, "
+          f"batch {args.batch_size}, {args.train_images} images/epoch{' (augmented)' if fashion else ''}, "
+          f"{args.memory_format}, {torch.get_num_threads()} thread(s), torch {torch.__version__}")
     for fn in sides.values():  # warm-up (allocator, kernels), untimed
         fn(0)
     epoch = 1
@@ -133,13 +168,13 @@ def main() -> int:
     pair_ratios = [h / p for h, p in zip(rates["harness"], rates["plain"], strict=True)]
     ratio = statistics.median(pair_ratios)
     cpu_ratio = statistics.fmean(cpu_rates["harness"]) / statistics.fmean(cpu_rates["plain"])
-    epoch_s = 2000 / harness  # a smoke-preset epoch (2,000 training images) at the harness's speed
+    epoch_s = epoch_images / harness  # a preset's epoch at the harness's speed
     print(f"plain   {plain:8.1f} img/s (mean of {len(rates['plain'])} epochs)")
     print(f"harness {harness:8.1f} img/s")
     print(f"ratio harness/plain: {ratio:.3f} (median of {len(pair_ratios)} pairs; target >= {TARGET})")
     print(f"  ratio of the means {harness / plain:.3f}; images per CPU-second ratio {cpu_ratio:.3f}")
-    print(f"per-epoch checkpoint + event line: {extras * 1000:.1f} ms = {extras / epoch_s:.2%} of a smoke-preset "
-          f"epoch's training ({epoch_s:.2f} s for 2,000 images)")
+    print(f"per-epoch checkpoint + event line: {extras * 1000:.1f} ms = {extras / epoch_s:.2%} of a {args.preset} "
+          f"epoch's training ({epoch_s:.2f} s for {epoch_images:,} images)")
     return 0 if ratio >= TARGET else 1
 
 

@@ -57,7 +57,7 @@ def test_folder_presets_count_the_data(tmp_path: Path) -> None:
                 (d / f"{i}.png").write_bytes(b"")
             (d / "notes.txt").write_text("not an image")
     ds = get_preset("cifar").dataset(str(tmp_path))
-    assert ds == {"name": "cifar", "train_images": 6, "val_images": 4, "classes": 2, "image_size": 32}
+    assert ds == {"name": "cifar", "train_images": 6, "val_images": 4, "classes": 2, "image_size": 32, "channels": 3}
     with pytest.raises(PresetError, match="needs --data"):
         get_preset("imagenet").dataset(None)
     with pytest.raises(PresetError, match="no train/"):

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiperf_runner.search.protocols import HparamOptimiser
+from aiperf_runner.spec.presets import KERNEL_SIZE
+from aiperf_runner.spec.presets import PRESETS as SPEC_PRESETS
 
-KERNEL_SIZE = 3
 SOURCES = ("seed", "inherited", "tpe")
 
 
@@ -66,14 +67,11 @@ class Space:
                 and inside(hp.get("dropout", -1), self.dropout))
 
 
+# The bounds are the spec's (spec/presets.py): integrity.bound checks every trial's point against them.
 SPACES: dict[str, Space] = {
-    # smoke: the small seed reaches > 0.9 in 4-5 CPU epochs at batch 32, lr 0.05 (cosine decay)
-    "smoke": Space((32, 64, 128), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
-                   {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}),
-    "cifar": Space((64, 128, 256), (0.01, 0.4), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
-                   {"batch_size": 128, "lr": 0.1, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}),
-    "imagenet": Space((64, 128, 256), (0.01, 0.4), (1e-6, 3e-4), (0.0, 0.2), (0.0, 0.5),
-                      {"batch_size": 128, "lr": 0.1, "weight_decay": 1e-4, "label_smoothing": 0.1, "dropout": 0.0}),
+    name: Space(p.space.batch_sizes, p.space.lr, p.space.weight_decay, p.space.label_smoothing, p.space.dropout,
+                p.space.defaults)
+    for name, p in SPEC_PRESETS.items()
 }
 
 

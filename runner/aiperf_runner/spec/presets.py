@@ -64,6 +64,10 @@ PRESETS: dict[str, PresetSpec] = {p.name: p for p in (
     PresetSpec("smoke", 3, 16, 10, 4000, 1000, HparamSpace(
         (32, 64, 128), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
         {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0})),
+    # Fashion-MNIST's IDX files (Debian's dataset-fashion-mnist): train-* and t10k-*, grey 28x28.
+    PresetSpec("fashion-mnist", 1, 28, 10, 60_000, 10_000, HparamSpace(
+        (64, 128, 256), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
+        {"batch_size": 128, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0})),
     # CIFAR-10/100 in ImageFolder layout: sizes and classes are the folder's.
     PresetSpec("cifar", 3, 32, None, None, None, HparamSpace(
         (64, 128, 256), (0.01, 0.4), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
@@ -82,6 +86,9 @@ def get(name: Any) -> PresetSpec | None:
 def dataset_problems(preset: PresetSpec, dataset: Mapping[str, Any]) -> list[str]:
     """Where run.json's `dataset` block departs from what the preset fixes."""
     out = []
+    channels = dataset.get("channels", 3)  # written before the field existed: 3
+    if channels != preset.channels:
+        out.append(f"dataset.channels is {channels!r}; preset {preset.name!r} fixes {preset.channels}")
     for key, want in (("classes", preset.classes), ("train_images", preset.train_images),
                       ("val_images", preset.val_images), ("image_size", preset.image_size)):
         have = dataset.get(key)

@@ -1,8 +1,14 @@
-"""Datasets of a trial: `smoke` (generated), `cifar` and `imagenet` (ImageFolder directories).
+"""Datasets of a trial: `smoke` (generated), `fashion-mnist` (IDX files), `cifar` and `imagenet`
+(ImageFolder directories).
 
-Every loader yields `(images, labels)`: images as **uint8** `(N, 3, H, W)` tensors and labels as
-int64. Conversion to float and normalisation happen on the training device (`Normalizer`), which
-keeps host-to-device copies 4x smaller and the data-loading workers light.
+Every loader yields `(images, labels)`: images as **uint8** `(N, C, H, W)` tensors (C = 3, or 1 for
+fashion-mnist) and labels as int64. Conversion to float and normalisation happen on the training
+device (`Normalizer`), which keeps host-to-device copies 4x smaller and the data-loading workers light.
+
+In-memory datasets (`smoke`, `fashion-mnist`) are batched by `TensorLoader` with one `index_select`
+per batch; fashion-mnist's training batches are augmented there, whole batches at once
+(`CropFlip`: random crop with zero padding, horizontal flip). Its arrays are memory-mapped from the
+decoded cache of `aiperf_runner.idxdata`, so the processes of a trial share one copy.
 
 Sharding across the processes of a data-parallel trial:
 
@@ -23,20 +29,26 @@ import functools
 import hashlib
 import math
 import os
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, cast
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-DATASETS = ("smoke", "cifar", "imagenet")
+from aiperf_runner import idxdata
 
-# Per-channel mean and std of each dataset on the [0, 1] scale.
-MEAN_STD: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+DATASETS = ("smoke", "fashion-mnist", "cifar", "imagenet")
+
+# Per-channel mean and std of each dataset on the [0, 1] scale (fashion-mnist: its 60,000 training
+# images, `idxdata.mean_std`).
+MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "smoke": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
     "cifar": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
@@ -185,6 +197,35 @@ def smoke_digest(images: torch.Tensor, labels: torch.Tensor) -> str:
     return h.hexdigest()
 
 
+# ---- fashion-mnist --------------------------------------------------------------------------------
+
+FASHION_MNIST_PADDING = 3  # random-crop padding: 28 // 8, as cifar's 4 pixels at 32
+
+
+def fashion_mnist_tensors(spec: DataSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train images, train labels, val images, val labels): images uint8 (N, 1, 28, 28) sharing the
+    memory map of the decoded cache (no copy), labels int64."""
+    try:
+        data = idxdata.load(spec.root)
+    except idxdata.IdxError as exc:
+        raise DataError(str(exc)) from None
+    if spec.sha256 and data.sha256 != spec.sha256:
+        raise DataError(f"fashion-mnist: the files under {idxdata.data_dir(spec.root)} decode to data with SHA-256 "
+                        f"{data.sha256[:16]}..., but the run started with {spec.sha256[:16]}... (run.json "
+                        "dataset.sha256): the data changed during the run")
+    if spec.num_classes != idxdata.CLASSES or spec.image_size != idxdata.IMAGE_SHAPE[0] or spec.channels != 1:
+        raise DataError(f"fashion-mnist has 1x28x28 images in {idxdata.CLASSES} classes; the trial expects "
+                        f"{spec.channels}x{spec.image_size}x{spec.image_size} in {spec.num_classes}")
+
+    def tensors(split: idxdata.Split) -> tuple[torch.Tensor, torch.Tensor]:
+        with warnings.catch_warnings():  # a read-only source map would warn; ours is copy-on-write
+            warnings.simplefilter("ignore", UserWarning)
+            images = torch.from_numpy(split.images).unsqueeze(1)
+        return images, torch.from_numpy(np.asarray(split.labels, dtype=np.int64))
+
+    return (*tensors(data.train), *tensors(data.val))
+
+
 # ---- samplers and loaders -------------------------------------------------------------------------
 
 class ExactShardSampler(Sampler[int]):
@@ -202,37 +243,56 @@ class ExactShardSampler(Sampler[int]):
         return len(range(self.rank, self.n, self.world_size))
 
 
-class Indices(Protocol):
-    """What a TensorLoader draws its batches from: a sampler or a sequence of image indices."""
+class CropFlip:
+    """Random crop with zero padding and random horizontal flip of a uint8 batch (N, C, H, W).
 
-    def __len__(self) -> int: ...
+    The torchvision recipe (`RandomCrop(size, padding)`, `RandomHorizontalFlip()`) done for a whole
+    batch in one gather on the batch's device, with torch's global generator (which the trial seeds
+    per epoch and rank)."""
 
-    def __iter__(self) -> Iterator[int]: ...
+    def __init__(self, padding: int) -> None:
+        self.padding = int(padding)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = images.shape
+        p = self.padding
+        device = images.device
+        padded = F.pad(images, (p, p, p, p)) if p else images
+        dy = torch.randint(0, 2 * p + 1, (n, 1), device=device)
+        dx = torch.randint(0, 2 * p + 1, (n, 1), device=device)
+        flip = torch.rand(n, 1, device=device) < 0.5
+        cols = torch.arange(w, device=device)
+        rows = dy + torch.arange(h, device=device)  # (n, h)
+        cols = dx + torch.where(flip, w - 1 - cols, cols)  # (n, w)
+        batch = torch.arange(n, device=device).view(n, 1, 1, 1)
+        channel = torch.arange(c, device=device).view(1, c, 1, 1)
+        return padded[batch, channel, rows.view(n, 1, h, 1), cols.view(n, 1, 1, w)]
 
 
 class TensorLoader:
     """Batches of an in-memory (uint8 images, labels) pair in the order of a sampler.
 
-    One `index_select` per batch (no per-sample collation). With a CUDA `device` the tensors are
-    moved there once, so batches never cross the bus.
+    One `index_select` per batch (no per-sample collation), then `augment` when given. With a CUDA
+    `device` the tensors are moved there once, so batches never cross the bus.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int,
-                 sampler: Indices, device: torch.device | None = None,
-                 drop_singleton: bool = False) -> None:
+                 sampler: Sampler[int] | Sequence[int], device: torch.device | None = None,
+                 drop_singleton: bool = False, augment: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         if device is not None and device.type != "cpu":
             images, labels = images.to(device), labels.to(device)
         self.images, self.labels = images, labels
         self.batch_size = int(batch_size)
         self.sampler = sampler
         self.drop_singleton = drop_singleton
+        self.augment = augment
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
-        n = len(self.sampler)
+        n = len(cast(Sized, self.sampler))  # the samplers used here all have a length
         batches = -(-n // self.batch_size)
         if self.drop_singleton and n % self.batch_size == 1 and n > 1:
             batches -= 1
@@ -242,7 +302,8 @@ class TensorLoader:
         index = torch.as_tensor(list(self.sampler), dtype=torch.long, device=self.images.device)
         for i in range(len(self)):
             b = index[i * self.batch_size:(i + 1) * self.batch_size]
-            yield self.images.index_select(0, b), self.labels.index_select(0, b)
+            images = self.images.index_select(0, b)
+            yield (self.augment(images) if self.augment is not None else images), self.labels.index_select(0, b)
 
 
 class FolderLoader:
@@ -273,13 +334,13 @@ class FolderLoader:
 
 
 class Normalizer:
-    """uint8 (N, 3, H, W) on any device -> normalised float32 on `device`."""
+    """uint8 (N, C, H, W) on any device -> normalised float32 on `device`."""
 
     def __init__(self, dataset: str, device: torch.device, channels_last: bool = False) -> None:
         mean, std = MEAN_STD[dataset]
         self.device = device
-        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255.0
-        self.inv_std = 1.0 / (torch.tensor(std, device=device).view(1, 3, 1, 1) * 255.0)
+        self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
+        self.inv_std = 1.0 / (torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.non_blocking = device.type == "cuda"
 
@@ -295,13 +356,15 @@ class Normalizer:
 class DataSpec:
     """What a trial trains on."""
 
-    name: str  # "smoke", "cifar" or "imagenet"
+    name: str  # one of DATASETS
     num_classes: int
     image_size: int
-    root: str | None = None  # ImageFolder root with train/ and val/ (cifar, imagenet)
+    root: str | None = None  # ImageFolder root with train/ and val/ (cifar, imagenet); IDX files (fashion-mnist)
     train_images: int | None = None  # smoke sizes
     val_images: int | None = None
     seed: int = 0  # smoke generation seed (the run's dataset, not the trial's seed)
+    channels: int = 3
+    sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
 
     @classmethod
     def from_trial(cls, trial: dict[str, Any]) -> DataSpec:
@@ -317,6 +380,9 @@ class DataSpec:
                        train_images=int(ds.get("train_images") or SMOKE_DEFAULTS["train_images"]),
                        val_images=int(ds.get("val_images") or SMOKE_DEFAULTS["val_images"]),
                        seed=int(ds.get("seed", 0)))
+        if name == "fashion-mnist":
+            return cls(name, num_classes, image_size, root=trial.get("data") or ds.get("root"),
+                       channels=int(ds.get("channels") or 1), sha256=ds.get("sha256"))
         root = trial.get("data") or ds.get("root")
         if not root:
             raise DataError(f"dataset {name!r} needs a data directory (--data) with train/ and val/ inside")
@@ -361,21 +427,33 @@ class TrialData:
     normalizer: Normalizer
 
 
+def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int, device: torch.device,
+                    shuffle_seed: int, normalizer: Normalizer) -> TrialData:
+    """smoke (generated) or fashion-mnist (memory-mapped, augmented): batched by TensorLoader."""
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None
+    if spec.name == "smoke":
+        assert spec.train_images is not None and spec.val_images is not None
+        train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
+        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
+    else:
+        train_x, train_y, val_x, val_y = fashion_mnist_tensors(spec)
+        augment = CropFlip(FASHION_MNIST_PADDING)
+    indices = cast(Any, range(len(train_y)))  # DistributedSampler only needs len() of its "dataset"
+    train_sampler: DistributedSampler[int] = DistributedSampler(indices, num_replicas=world_size, rank=rank,
+                                                                shuffle=True, seed=shuffle_seed)
+    train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True, augment=augment)
+    val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
+    return TrialData(train, val, len(train_y), len(val_y), normalizer)
+
+
 def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: int = 1,
                device: torch.device | None = None, shuffle_seed: int = 0, local_world_size: int = 1,
                workers: int | None = None, channels_last: bool = False) -> TrialData:
     """Loaders of this rank's shard: shuffled training, exact-shard validation."""
     device = device or torch.device("cpu")
     normalizer = Normalizer(spec.name, device, channels_last)
-    if spec.name == "smoke":
-        train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
-        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
-        # The sampler only needs the number of images: the labels stand for the dataset.
-        train_sampler: DistributedSampler[int] = DistributedSampler(
-            TensorDataset(train_y), num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
-        train = TensorLoader(train_x, train_y, batch_size, train_sampler, device, drop_singleton=True)
-        val = TensorLoader(val_x, val_y, batch_size, ExactShardSampler(len(val_y), rank, world_size), device)
-        return TrialData(train, val, len(train_y), len(val_y), normalizer)
+    if spec.name in ("smoke", "fashion-mnist"):
+        return _in_memory_data(spec, batch_size, rank, world_size, device, shuffle_seed, normalizer)
 
     from torchvision.datasets import ImageFolder
 
@@ -395,8 +473,8 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     pin = device.type == "cuda"
     common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
                               "persistent_workers": workers > 0}
-    train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=shuffle_seed)
-    return TrialData(
-        FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True),
-        FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common)),
-        len(train_set), len(val_set), normalizer)
+    train_sampler: DistributedSampler[Any] = DistributedSampler(train_set, num_replicas=world_size, rank=rank,
+                                                                shuffle=True, seed=shuffle_seed)
+    train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)
+    val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
+    return TrialData(train, val, len(train_set), len(val_set), normalizer)
