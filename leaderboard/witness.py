@@ -125,6 +125,22 @@ def receive_heartbeat(site: Site, run_id: str, body: Any) -> tuple[Heartbeat, bo
     keys, the token expired unused, the token already started another log, or it goes backwards.
     """
     statement, signature = _parts(body)
+    try:
+        return _receive(site, run_id, statement, signature)
+    except TokenReused as exc:
+        # Recorded outside the refused heartbeat's transaction (which rolls back): a token used for
+        # a second log fails witness.token whatever log is submitted with it.
+        RunAttempt.objects.filter(run_id=run_id).update(reused=True)
+        raise exc.rejection from None
+
+
+class TokenReused(Exception):
+    def __init__(self, rejection: Rejected) -> None:
+        super().__init__(rejection.detail)
+        self.rejection = rejection
+
+
+def _receive(site: Site, run_id: str, statement: dict[str, Any], signature: str) -> tuple[Heartbeat, bool]:
     with transaction.atomic():
         attempt = RunAttempt.objects.select_for_update().filter(run_id=run_id).first()
         if attempt is None or attempt.site_id != site.pk:
@@ -191,9 +207,8 @@ def _check_statement(attempt: RunAttempt, statement: dict[str, Any], signature: 
     if not attempt.log_id:
         attempt.log_id = statement["log_id"]
     elif attempt.log_id != statement["log_id"]:
-        RunAttempt.objects.filter(pk=attempt.pk).update(reused=True)
-        raise Rejected("token", "this run token already started another run: a token starts one run only",
-                       status=409)
+        raise TokenReused(Rejected("token", "this run token already started another run: a token starts one run "
+                                            "only", status=409))
     if attempt.submission_id is not None:
         raise Rejected("token", "this run was submitted: no more heartbeats", status=409)
 

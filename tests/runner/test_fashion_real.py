@@ -40,7 +40,7 @@ def test_a_real_fashion_mnist_run_learns_and_verifies(tmp_path: Path, monkeypatc
     state = RunState.load(run_dir)
     assert state.count("finished") >= 2, out.stdout
     assert state.best_accuracy() is not None and state.best_accuracy() >= MIN_ACCURACY, out.stdout
-    for event in state.epoch_events:  # every epoch trained the whole training set and evaluated all 10,000
+    for event in state.epoch_records():  # every epoch trained the whole training set and evaluated all 10,000
         assert event["images_trained"] == 60_000 and event["images_evaluated"] == 10_000
     report = verify(run_dir)
     assert report["integrity_ok"] is True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import shutil
 import signal
 import subprocess
@@ -65,11 +66,17 @@ class Site:
         self.system = json.loads(out.stdout)
         assert self.system["status"] == "approved", self.system
 
+    def env(self) -> dict[str, str]:
+        return {**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)}
+
     def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0) -> subprocess.Popen:
         return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--preset", "smoke", "--slots", str(slots),
                                  "--duration", duration, "--seed", str(seed), "--out", str(run), "--system",
-                                 str(self.system["id"]), "--progress", "plain"],
-                                env={**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)},
+                                 str(self.system["id"]), "--progress", "plain",
+                                 # Two runs may share this machine's two cores: one thread per trial, or
+                                 # their OpenMP threads spin against each other (epochs took 25x longer).
+                                 "--backend-opt", "threads_per_process=1"],
+                                env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def submit(self, path: Path) -> dict[str, Any]:
@@ -95,13 +102,13 @@ def runs(stack, tmp_path_factory):
     """The honest run and a run killed with SIGKILL and resumed, side by side; one site each."""
     work = tmp_path_factory.mktemp("runs")
     honest_site, resumed_site = Site(stack, "Honest Lab"), Site(stack, "Resumed Lab")
-    honest = honest_site.start_run(work / "honest", "50s", slots=1, seed=1)
+    honest = honest_site.start_run(work / "honest", "50s", slots=2, seed=1)
     resumed = resumed_site.start_run(work / "resumed", "50s", slots=1, seed=2)
     time.sleep(22)
     resumed.send_signal(signal.SIGKILL)  # the controller only: its trials are reaped by the resume
     resumed.wait(timeout=30)
     again = subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--resume", str(work / "resumed"),
-                              "--progress", "plain"], env={**stack.env, "AIPERF_CONFIG_DIR": str(resumed_site.config)},
+                              "--progress", "plain"], env=resumed_site.env(),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     finish(honest)
     finish(again)
@@ -203,23 +210,60 @@ def honest_submitted(stack, runs):
     return site, run
 
 
+def unwitnessed_copy(honest: Path, dest: Path, distinct: bool = True) -> Path:
+    """The honest log as a forger must start from: a run id is accepted once, so a new one, and without
+    the token and receipts (bound to the honest run id): an unwitnessed log, open division at best.
+    `distinct`: the epoch times moved by a few microseconds, so that it is not a copy of the honest log's
+    epochs (a forger would; integrity.duplicate catches the copy otherwise)."""
+    path = Path(shutil.copytree(honest, dest))
+    new_id = secrets.token_hex(16)
+    run = json.loads((path / "run.json").read_text())
+    run["run_id"] = new_id
+    (path / "run.json").write_text(json.dumps(run))
+
+    shift = (secrets.randbelow(10_000) + 1) * 1e-6  # each copy its own
+
+    def strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        events = [e for e in events if e["type"] not in ("heartbeat", "witness")]
+        events[0].pop("token", None)
+        events[0]["run_id"] = new_id
+        for e in events:
+            if distinct and e["type"] == "epoch_end":
+                e["started_at"] += shift
+                e["ended_at"] += shift
+        return events
+    rewrite_events(path, strip)
+    return path
+
+
 @pytest.mark.parametrize("forgery", [f for f in FORGERIES if not f.fresh], ids=lambda f: f.name)
 def test_trust1_forgery_of_a_witnessed_log(stack, honest_submitted, forgery: Forgery, tmp_path):
     site, honest = honest_submitted
-    path = Path(shutil.copytree(honest, tmp_path / "forged"))
+    path = unwitnessed_copy(honest, tmp_path / "forged")
     forgery.forge(path)
+    if forgery.check == "integrity.duplicate":  # the copy itself is the forgery: its epochs unchanged
+        shutil.rmtree(path)
+        path = unwitnessed_copy(honest, tmp_path / "forged", distinct=False)
     expected = {forgery.check}
     if forgery.registration:  # the forger names another registered system of its own
         model = forgery.registration.get("accelerator_model", H100)
-        per_node = forgery.registration.get("accelerators_per_node", 1)
+        # The honest run here uses 2 accelerators at once: a registration of fewer for the concurrency case.
+        per_node = 1 if "accelerators_per_node" in forgery.registration else 2
         system_id = other_system(stack, site, **{"accelerator-model": model, "accelerators-per-node": per_node})
         run = json.loads((path / "run.json").read_text())
         run["system"]["id"] = system_id
         (path / "run.json").write_text(json.dumps(run))
-        expected |= {"witness.token"}  # the run token was issued for the honest system
     got, failed = outcome(stack, upload_forgery(stack, site, path))
     assert got in ("rejected", "open"), (got, failed)
     assert expected & failed, (forgery.name, failed)
+
+
+def test_an_unwitnessed_copy_is_open_and_a_duplicate(stack, honest_submitted, tmp_path):
+    """Without any forgery but the stripped witness, the copy is still the honest run's epochs."""
+    site, honest = honest_submitted
+    got, failed = outcome(stack, upload_forgery(stack, site, unwitnessed_copy(honest, tmp_path / "copy",
+                                                                              distinct=False)))
+    assert got == "rejected" and "integrity.duplicate" in failed, failed
 
 
 def forge_witness(path: Path, how: str, other_run: Path) -> None:
@@ -258,11 +302,27 @@ def forge_witness(path: Path, how: str, other_run: Path) -> None:
         raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["timestamps-scaled", "epochs-after-the-last-receipt", "receipts-of-another-key",
-                                 "receipt-of-another-run", "receipts-removed"])
-def test_trust2_forgery_fails_a_witness_check(stack, honest_submitted, runs, how: str, tmp_path):
-    site, honest = honest_submitted
-    path = Path(shutil.copytree(honest, tmp_path / "forged"))
+WITNESS_FORGERIES = ["timestamps-scaled", "epochs-after-the-last-receipt", "receipts-of-another-key",
+                     "receipt-of-another-run", "receipts-removed"]
+
+
+@pytest.fixture(scope="module")
+def unsubmitted(stack, runs, tmp_path_factory):
+    """One short witnessed run per witness forgery, not yet submitted (a witnessed run id is accepted
+    once: a site forges its own log before it submits it), run side by side."""
+    site = runs["honest"][0]
+    work = tmp_path_factory.mktemp("bases")
+    procs = {how: site.start_run(work / how, "20s", slots=1, seed=10 + i) for i, how in enumerate(WITNESS_FORGERIES)}
+    for proc in procs.values():
+        finish(proc)
+    return site, {how: work / how for how in procs}
+
+
+@pytest.mark.parametrize("how", WITNESS_FORGERIES)
+def test_trust2_forgery_fails_a_witness_check(stack, unsubmitted, runs, how: str):
+    site, bases = unsubmitted
+    path = bases[how]
+    assert sum(e["type"] == "witness" for e in lines(path)) >= 3
     forge_witness(path, how, runs["resumed"][1])
     got, failed = outcome(stack, upload_forgery(stack, site, path))
     assert got in ("rejected", "open") and {f for f in failed if f.startswith("witness.")}, (how, got, failed)

@@ -53,6 +53,11 @@ class PresetSpec:
     train_images: int | None
     val_images: int | None
     space: HparamSpace = field(repr=False, default=None)  # type: ignore[assignment]
+    title: str = ""  # the data set's name in messages
+
+    def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", f"the {self.name} data set")
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -67,7 +72,7 @@ PRESETS: dict[str, PresetSpec] = {p.name: p for p in (
     # Fashion-MNIST's IDX files (Debian's dataset-fashion-mnist): train-* and t10k-*, grey 28x28.
     PresetSpec("fashion-mnist", 1, 28, 10, 60_000, 10_000, HparamSpace(
         (64, 128, 256), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
-        {"batch_size": 128, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0})),
+        {"batch_size": 128, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}), "Fashion-MNIST"),
     # CIFAR-10/100 in ImageFolder layout: sizes and classes are the folder's.
     PresetSpec("cifar", 3, 32, None, None, None, HparamSpace(
         (64, 128, 256), (0.01, 0.4), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
@@ -75,7 +80,7 @@ PRESETS: dict[str, PresetSpec] = {p.name: p for p in (
     # The official workload: ImageNet-1k (ILSVRC 2012) at 224x224.
     PresetSpec("imagenet", 3, 224, 1000, 1_281_167, 50_000, HparamSpace(
         (64, 128, 256), (0.01, 0.4), (1e-6, 3e-4), (0.0, 0.2), (0.0, 0.5),
-        {"batch_size": 128, "lr": 0.1, "weight_decay": 1e-4, "label_smoothing": 0.1, "dropout": 0.0})),
+        {"batch_size": 128, "lr": 0.1, "weight_decay": 1e-4, "label_smoothing": 0.1, "dropout": 0.0}), "ImageNet-1k"),
 )}
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from . import SPEC_VERSION
+from . import SPEC_VERSION, presets
 from .audit import MAX_MESSAGES, Findings, LogAudit
 from .peaks import PRECISIONS
 from .schema import run_json_problems
@@ -43,7 +43,6 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
         "min_duration_s": 3600.0,
         "precisions": list(PRECISIONS),
         "min_max_accuracy": 0.70,
-        "imagenet_val_images": 50_000,
         # stability
         "stability_window": 0.5,      # the last half of the run
         "max_score_cv": 0.10,         # coefficient of variation of the score series in the window
@@ -235,10 +234,11 @@ def check_full_validation(audit: LogAudit, preset: Any, epochs: int, th: Mapping
     val = audit.val_images
     threshold: Any = val
     problems = []
-    if preset == th["official_preset"]:
-        threshold = th["imagenet_val_images"]
-        if val != th["imagenet_val_images"]:
-            problems.append(f"run.json declares {val} validation images; ImageNet-1k has {th['imagenet_val_images']}")
+    fixed = presets.get(preset)
+    if fixed is not None and fixed.val_images is not None:
+        threshold = fixed.val_images
+        if val != fixed.val_images:
+            problems.append(f"run.json declares {val} validation images; {fixed.title} has {fixed.val_images}")
     if val is None:
         problems.append("run.json declares no dataset.val_images")
     if audit.validation.count:
