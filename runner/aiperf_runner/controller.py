@@ -24,14 +24,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,71 +38,28 @@ from aiperf_runner import __version__
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search
+from aiperf_runner.runconfig import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
+from aiperf_runner.runlock import LOCK_FILE, controller_alive, lock, unlock
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.service import Service
 from aiperf_runner.spec import SPEC_VERSION, keys
 from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
 from aiperf_runner.spec.replay import Attempt
+from aiperf_runner.spec.retention import WEIGHTS, RetentionAudit
 from aiperf_runner.spec.runio import RunDir
 from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
-from aiperf_runner.spec.witness import RECEIPT_FIELDS
 from aiperf_runner.trialtail import TrialTail
-from aiperf_runner.witnessing import Witnessing, ask_token, first_line_hash, token_interval
+from aiperf_runner.weightkeeper import WeightKeeper, keep_share
+from aiperf_runner.witnessing import WitnessedLog, Witnessing, ask_token, first_line_hash, token_interval
 
 POLL_S = 0.1
-TRIAL_MODULE = "aiperf_runner.train.trial"
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-LOCK_FILE = "controller.lock"
+__all__ = ["Controller", "ControllerError", "RunConfig", "controller_alive", "LOCK_FILE", "PRECISIONS", "TRIAL_MODULE"]
 STDERR_TAIL_CHARS = 2000
 # A backend that refuses this many launches in a row, with none accepted in between, is broken
 # (no scheduler, a bad option, an unwritable run directory): stop instead of burning the search.
 LAUNCH_FAILURES_IN_A_ROW = 8
 FINAL_RECEIPT_WAIT_S = 60.0  # how long the end of a witnessed run waits for its last receipt
-
-
-class ControllerError(RuntimeError):
-    """A run that cannot start or resume (bad options, run directory in use or finished...)."""
-
-
-@dataclass
-class RunConfig:
-    """The run's options as resolved; stored in run.json `config` and reused by --resume."""
-
-    preset: str = "smoke"
-    slots: int | None = 1  # None: as many as the backend offers (SLURM: the nodes available)
-    duration_s: float = 300.0
-    backend: str = "local"
-    devices_per_slot: int = 1
-    precision: str = "fp32"
-    data: str | None = None
-    seed: int = 0
-    max_retries: int = 2
-    rules: str = "v2"
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    trial_module: str = TRIAL_MODULE
-    epoch_budgets: list[int] = field(default_factory=list)
-    early_stopping_patience: int = 0
-    system_name: str = ""  # the name the list shows; empty: the list describes the hardware instead
-    interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
-    system_id: str = ""  # the service's id of the registered system the run is judged by (run --system)
-
-    def check(self) -> None:
-        if self.slots is not None and self.slots < 1:
-            raise ControllerError("--slots must be at least 1")
-        if self.devices_per_slot < 1:
-            raise ControllerError("--devices-per-slot must be at least 1")
-        if self.duration_s <= 0:
-            raise ControllerError("--duration must be positive")
-        if self.max_retries < 0:
-            raise ControllerError("--max-retries must be 0 or more")
-        if self.precision not in PRECISIONS:
-            raise ControllerError(f"--precision must be one of {', '.join(PRECISIONS)}")
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 # ---- the controller -----------------------------------------------------------------------------------
@@ -140,6 +96,8 @@ class Controller:
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
         self.witnessing: Witnessing | None = None
+        self.witnessed_log: WitnessedLog | None = None
+        self.keeper: WeightKeeper | None = None  # set once run_started (or run_resumed) is logged
         self._launch_failures_in_a_row = 0
         self._score = live_score or _LiveScore(run_dir, config.rules, state)
 
@@ -165,7 +123,7 @@ class Controller:
                                   "or choose another --out")
         dataset = preset.dataset(config.data)
         (run_dir / "trials").mkdir(parents=True, exist_ok=True)
-        lock_fh = _lock(run_dir)
+        lock_fh = lock(run_dir)
         try:
             backend = load_backend(config.backend)(run_dir, slots=config.slots,
                                                    devices_per_slot=config.devices_per_slot,
@@ -215,7 +173,7 @@ class Controller:
             writer = EventWriter(run_dir / "events.jsonl")
             self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress)
         except BaseException:
-            _unlock(lock_fh, run_dir)
+            unlock(lock_fh, run_dir)
             raise
         self.buffer.start()
         # Candidates for the first wave are made before the clock starts: no slot starts idle.
@@ -226,8 +184,9 @@ class Controller:
                   precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset,
                   **witnessed)
         if token is not None and service is not None:
-            self.witnessing = Witnessing(service, str(run_json["run_id"]), float(token["heartbeat_interval_s"]),
-                                         keys.load_private_key(), self.writer.head)
+            self._start_witnessing(Witnessing(service, str(run_json["run_id"]), float(token["heartbeat_interval_s"]),
+                                              keys.load_private_key(), self.writer.head))
+        self.keeper = WeightKeeper(run_dir, self.state, self._log, keep_share(config.preset), token is not None)
         return self
 
     @classmethod
@@ -237,13 +196,14 @@ class Controller:
         run_dir = Path(run_dir)
         if not (run_dir / "run.json").exists() or not (run_dir / "events.jsonl").exists():
             raise ControllerError(f"{run_dir} holds no run to resume (run.json and events.jsonl expected)")
-        lock_fh = _lock(run_dir)
+        lock_fh = lock(run_dir)
         try:
             run_json = read_run_json(run_dir)
             config = RunConfig.from_json(run_json.get("config") or {})
             writer = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
+            retention = RetentionAudit(state, keep_share(config.preset))  # the beacons finished trials met
             for event in iter_events(run_dir / "events.jsonl"):
                 state.apply(event.data, event.line)
             if state.started_at is None:
@@ -258,15 +218,18 @@ class Controller:
             self = cls(run_dir, run_json, config, backend, search, hparams, state, writer, lock_fh, progress,
                        live_score)
         except BaseException:
-            _unlock(lock_fh, run_dir)
+            unlock(lock_fh, run_dir)
             raise
         self.buffer.start()
         self._log("run_resumed", run_id=run_json["run_id"])
+        self.keeper = WeightKeeper(run_dir, state, self._log, keep_share(config.preset), state.token is not None,
+                                   beacons=retention.beacon_of)
         if state.token is not None and service is not None:  # the same token, receipts continue
-            self.witnessing = Witnessing(service, run_json["run_id"], token_interval(dict(state.token)),
-                                         keys.load_private_key(), first_line_hash(run_dir / "events.jsonl"))
+            self._start_witnessing(Witnessing(service, run_json["run_id"], token_interval(dict(state.token)),
+                                              keys.load_private_key(), first_line_hash(run_dir / "events.jsonl")))
+            assert self.witnessing is not None and self.witnessed_log is not None
             for receipt in self.witnessing.missing_receipts(state.heartbeats, state.witnessed):
-                self._log("witness", **_receipt_fields(receipt))
+                self.witnessed_log.log_receipt(receipt)
         elif state.token is not None:
             self._say("this run is witnessed but no service is configured: it continues unwitnessed")
         self._recover_interrupted()
@@ -360,8 +323,11 @@ class Controller:
         if best is None or (epoch_best is not None and epoch_best > best):
             best = epoch_best
         best = float(best) if best is not None else 0.0
+        weights = {"weights_sha256": result["weights_sha256"]} if result.get("weights_sha256") else {}
         self._log("trial_finished", trial=tr.trial, attempt=attempt, epochs=int(result.get("epochs") or tr.epochs_counted),
-                  best_accuracy=best, reason=result.get("reason") or "budget")
+                  best_accuracy=best, reason=result.get("reason") or "budget", **weights)
+        if self.keeper is not None:
+            self.keeper.finished(tr)
         # Each accuracy goes with the architecture and hyper-parameters of the trial that produced it.
         self.buffer.observe(tr.arch_hash, best)
         self.hparams.tell(tr.trial, best)
@@ -461,6 +427,8 @@ class Controller:
                 self._say(f"{run.trial.trial}: cancel failed: {exc}")
             self._copy_epochs(run.trial, self._tail(run.trial.trial))
             self._log("trial_cancelled", trial=run.trial.trial, attempt=run.attempt, reason=cancel_reason)
+            # A trial cancelled just after writing its weights did not finish: they count for nothing.
+            (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
             self.hparams.tell(run.trial.trial, None)
             del self.running[slot_index]
         fields = {"reason": reason}
@@ -469,60 +437,29 @@ class Controller:
         self._log("run_finished", **fields)
         self._report_progress(force=True)
         try:
-            self._final_heartbeat()
+            if self.witnessed_log is not None:
+                self.witnessed_log.final(FINAL_RECEIPT_WAIT_S)
             self.backend.shutdown()
         finally:
             if self.witnessing is not None:
                 self.witnessing.stop()
             self.buffer.stop()
             self.writer.close()
-            _unlock(self._lock_fh, self.run_dir)
+            unlock(self._lock_fh, self.run_dir)
             if self.progress is not None:
                 self.progress.close()
 
     # ---- witness -----------------------------------------------------------------------------------
-    def _witness(self) -> None:
-        """Log the receipts that came back; write and send a heartbeat when one is due."""
-        w = self.witnessing
-        if w is None:
-            return
-        for receipt in w.receipts():
-            self._log("witness", **_receipt_fields(receipt))
-        if w.refused is not None:
-            self._say(f"witnessing stopped: {w.refused}")
-            self.witnessing = None
-            return
-        if w.due():
-            beat = self._log("heartbeat", work=self._score.work, epochs=self.state.epoch_lines,
-                             best_accuracy=self.state.best_epoch_accuracy)
-            w.send(beat["seq"], self.writer.head, self._score.work, self.state.epoch_lines,
-                   self.state.best_epoch_accuracy)
+    def _start_witnessing(self, witnessing: Witnessing) -> None:
+        self.witnessing = witnessing
+        self.witnessed_log = WitnessedLog(
+            witnessing, self._log, lambda: self.writer.head,
+            lambda: (self._score.work, self.state.epoch_lines, self.state.best_epoch_accuracy),
+            lambda beacon: self.keeper.receipt(beacon) if self.keeper is not None else None, self._say)
 
-    def _final_heartbeat(self, timeout: float = FINAL_RECEIPT_WAIT_S) -> None:
-        """After run_finished: one last heartbeat, retried for a while, so the end of the run is witnessed."""
-        w = self.witnessing
-        if w is None:
-            return
-        deadline = time.monotonic() + timeout
-        w.wait_idle(timeout)
-        for receipt in w.receipts():
-            self._log("witness", **_receipt_fields(receipt))
-        while w.refused is None and time.monotonic() < deadline:
-            while not w.due() and time.monotonic() < deadline and w.refused is None:
-                time.sleep(0.2)
-            if w.refused is not None or time.monotonic() >= deadline:
-                break
-            beat = self._log("heartbeat", work=self._score.work, epochs=self.state.epoch_lines,
-                             best_accuracy=self.state.best_epoch_accuracy)
-            w.send(beat["seq"], self.writer.head, self._score.work, self.state.epoch_lines,
-                   self.state.best_epoch_accuracy)
-            w.wait_idle(max(0.0, deadline - time.monotonic()))
-            receipts = w.receipts()
-            for receipt in receipts:
-                self._log("witness", **_receipt_fields(receipt))
-            if any(r.get("heartbeat_seq") == beat["seq"] for r in receipts):
-                return
-        self._say("the final heartbeat was not witnessed: `aiperf-runner submit` will try again")
+    def _witness(self) -> None:
+        if self.witnessed_log is not None:
+            self.witnessed_log.tick()
 
     # ---- log, progress -----------------------------------------------------------------------------
     def _log(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -581,11 +518,6 @@ class _LiveScore(ScoreAccumulator):
         return self._cache[1]
 
 
-def _receipt_fields(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """A service receipt as the `witness` line's fields."""
-    return {k: receipt[k] for k in (*RECEIPT_FIELDS, "signature")}
-
-
 def _history(run_dir: Path, state: RunState) -> list[dict[str, Any]]:
     """The log's trials in proposal order, as `make_search` rebuilds the searches from them."""
     history = []
@@ -606,45 +538,3 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _lock(run_dir: Path) -> Any:
-    """Hold `controller.lock` (flock) for the controller's life: one controller per run directory."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / LOCK_FILE, "a+")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip()
-        fh.close()
-        raise ControllerError(f"{run_dir} is being run by another controller (pid {holder or '?'})") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    return fh
-
-
-def _unlock(fh: Any, run_dir: Path) -> None:
-    if fh is None or fh.closed:
-        return
-    try:
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-    finally:
-        fh.close()
-
-
-def controller_alive(run_dir: str | Path) -> int | None:
-    """The pid of the controller running this directory, or None if none holds its lock."""
-    path = Path(run_dir) / LOCK_FILE
-    try:
-        fh = open(path)
-    except FileNotFoundError:
-        return None
-    with fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = fh.read().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        return None

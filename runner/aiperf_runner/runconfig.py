@@ -1,0 +1,53 @@
+"""A run's options as resolved: stored in run.json `config` and reused by --resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+TRIAL_MODULE = "aiperf_runner.train.trial"
+
+
+class ControllerError(RuntimeError):
+    """A run that cannot start or resume (bad options, run directory in use or finished...)."""
+
+
+@dataclass
+class RunConfig:
+    """The run's options as resolved; stored in run.json `config` and reused by --resume."""
+
+    preset: str = "smoke"
+    slots: int | None = 1  # None: as many as the backend offers (SLURM: the nodes available)
+    duration_s: float = 300.0
+    backend: str = "local"
+    devices_per_slot: int = 1
+    precision: str = "fp32"
+    data: str | None = None
+    seed: int = 0
+    max_retries: int = 2
+    rules: str = "v2"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    trial_module: str = TRIAL_MODULE
+    epoch_budgets: list[int] = field(default_factory=list)
+    early_stopping_patience: int = 0
+    system_name: str = ""  # the name the list shows; empty: the list describes the hardware instead
+    interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
+    system_id: str = ""  # the service's id of the registered system the run is judged by (run --system)
+
+    def check(self) -> None:
+        if self.slots is not None and self.slots < 1:
+            raise ControllerError("--slots must be at least 1")
+        if self.devices_per_slot < 1:
+            raise ControllerError("--devices-per-slot must be at least 1")
+        if self.duration_s <= 0:
+            raise ControllerError("--duration must be positive")
+        if self.max_retries < 0:
+            raise ControllerError("--max-retries must be 0 or more")
+        if self.precision not in PRECISIONS:
+            raise ControllerError(f"--precision must be one of {', '.join(PRECISIONS)}")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
