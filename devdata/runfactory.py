@@ -38,7 +38,7 @@ from aiperf_runner.spec.graph import Graph
 
 NumberFn = float | int | Callable[[int, int], float]
 
-DEFAULT_DATASET = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 16}
+DEFAULT_DATASET = {"name": "smoke", "train_images": 4000, "val_images": 2000, "classes": 10, "image_size": 16}
 IMAGENET_DATASET = {"name": "imagenet", "train_images": 1_281_167, "val_images": 50_000, "classes": 1000,
                     "image_size": 224}
 

@@ -22,6 +22,7 @@ import typer
 
 from aiperf_runner.service import Failure, Service, client, detail, find_service, request, save_service
 from aiperf_runner.spec import bundle, keys
+from aiperf_runner.spec.retention import WEIGHTS
 
 if TYPE_CHECKING:
     import httpx  # imported when a command talks to a server: `aiperf-runner` starts faster
@@ -154,6 +155,43 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
                 message, _ = detail(r)
                 raise Failure(f"cannot read submission {sub['id']} (HTTP {r.status_code}): {message}")
             sub = {**r.json(), "bundle": str(out)}
+        if wait and path.is_dir() and sub.get("challenge") and sub["status"] in ("verified", "published"):
+            sub = {**answer_challenge(c, path, sub, say, deadline, retries, backoff), "bundle": str(out)}
+    return sub
+
+
+def answer_challenge(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: Any, deadline: float,
+                     retries: int = 5, backoff: float = 2.0) -> dict[str, Any]:
+    """Upload the weights of every challenged trial not uploaded yet, then wait for the audit."""
+    url = f"/api/v1/submissions/{sub['id']}/evidence/"
+    for trial in sub["challenge"]:
+        if trial in (sub.get("evidence") or []):
+            continue
+        weights = run_dir / "trials" / trial / WEIGHTS
+        if not weights.is_file():
+            raise Failure(f"the service asks for the weights of trial {trial}, but {weights} is missing: "
+                          "they were kept by the log and must stay until the audit", "audit.weights")
+        say(f"uploading the weights of challenged trial {trial} ({weights.stat().st_size / 1e6:.1f} MB)")
+
+        def send(trial: str = trial, weights: Path = weights) -> httpx.Response:
+            with open(weights, "rb") as fh:
+                return c.post(url, data={"trial": trial},
+                              files={"weights": (weights.name, fh, "application/octet-stream")})
+
+        resp = request(send, f"uploading trial {trial}'s weights", retries, backoff, say)
+        if resp.status_code != 201:
+            message, check = detail(resp)
+            raise Failure(f"the service refused trial {trial}'s weights (HTTP {resp.status_code}): {message}", check)
+        sub = resp.json()
+    pause = 0.5
+    while sub.get("audit") == "pending" and sub["status"] in ("verified", "published") and not sub.get("audit_note"):
+        if time.monotonic() >= deadline:
+            sub["timed_out"] = True
+            break
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        pause = min(pause * 1.5, 5.0)
+        r = request(partial(c.get, f"/api/v1/submissions/{sub['id']}/"), "checking the audit", retries, backoff, say)
+        sub = r.json()
     return sub
 
 
@@ -161,12 +199,17 @@ def _summary(sub: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": sub.get("status"),
         "submission": sub.get("id"),
+        "result": sub.get("result"),
         "run_id": sub.get("run_id"),
         "score_ops": sub.get("score_ops"),
         "regulated_score_ops": sub.get("regulated_score_ops"),
         "rank": sub.get("rank"),
         "division": sub.get("division"),
         "verification_level": sub.get("verification_level"),
+        "challenge": sub.get("challenge") or [],
+        "evidence": sub.get("evidence") or [],
+        "audit": sub.get("audit"),
+        "audit_note": sub.get("audit_note") or "",
         "url": sub.get("url"),
         "reasons": sub.get("reasons") or [],
         "bundle": sub.get("bundle"),
@@ -214,6 +257,49 @@ def submit_cmd(
         raise typer.Exit(3)
 
 
+def evidence_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory that was submitted.", show_default=False)],
+    server: Server = None,
+    token: Token = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the audit.")] = 600.0,
+    as_json: AsJson = False,
+) -> None:
+    """Answer the service's challenge later: upload the challenged trials' weights, wait for the audit."""
+    say = _say(as_json)
+    try:
+        service = find_service(server, token)
+        assert service is not None
+        run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+        with client(service) as c:
+            r = request(partial(c.get, "/api/v1/submissions/", params={"run_id": run_id}), "finding the submission",
+                        3, 1.0, say)
+            found = (r.json().get("results") or []) if r.status_code == 200 else []
+            if not found:
+                raise Failure(f"no submission of run {run_id} on {service.server}: submit it first")
+            sub, deadline, pause = found[0], time.monotonic() + timeout, 0.5
+            while sub["status"] not in DONE and time.monotonic() < deadline:  # the challenge follows verification
+                time.sleep(pause)
+                pause = min(pause * 1.5, 5.0)
+                sub = request(partial(c.get, f"/api/v1/submissions/{sub['id']}/"), "checking the status", 3, 1.0,
+                              say).json()
+            if sub.get("challenge") and sub["status"] in ("verified", "published"):
+                sub = answer_challenge(c, run_dir, sub, say, deadline)
+    except (Failure, OSError, ValueError, KeyError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    data = _summary(sub)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    elif not data["challenge"]:
+        typer.echo(f"submission {data['submission']} ({data['status']}): no challenge to answer "
+                   "(an unwitnessed run, or not verified)")
+    else:
+        typer.echo(f"submission {data['submission']}: audit {data['audit'] or '-'} (challenged trials "
+                   f"{', '.join(data['challenge'])})" + (f"; {data['audit_note']}" if data["audit_note"] else ""))
+    if data["audit"] == "failed" or data["status"] == "rejected":
+        raise typer.Exit(1)
+
+
 def _print(d: dict[str, Any]) -> None:
     lines = [f"submission {d['submission']}: {d['status']}"]
     if d["score_ops"] is not None:
@@ -222,6 +308,10 @@ def _print(d: dict[str, Any]) -> None:
             f"not ranked yet ({d['division']} division; awaiting publication)"
         lines.append(f"rank:         {rank}")
         lines.append(f"verification: {d['verification_level']}")
+    if d.get("challenge"):
+        lines.append(f"audit:        {d.get('audit') or '-'} (challenged trials {', '.join(d['challenge'])})")
+        if d.get("audit_note"):
+            lines.append(f"              {d['audit_note']}")
     if d["url"]:
         lines.append(f"result:       {d['url']}")
     for r in d["reasons"]:
@@ -234,3 +324,4 @@ def _print(d: dict[str, Any]) -> None:
 def register(app: typer.Typer) -> None:
     app.command("register", epilog="Exit codes: 0 registered, 1 refused or failed, 2 usage error.")(register_cmd)
     app.command("submit", epilog=EXIT_CODES)(submit_cmd)
+    app.command("evidence", epilog="Exit codes: 0 audited or still pending, 1 failed or refused.")(evidence_cmd)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiperf_runner.service import Service, post_heartbeat, run_receipts
@@ -176,9 +177,90 @@ def complete_witness(run_dir: Any, service: Service, timeout: float = 60.0) -> s
             w.wait_idle(timeout)
             receipts = w.receipts()
             for receipt in receipts:
-                writer.append("witness", **{k: receipt[k] for k in (*spec_witness.RECEIPT_FIELDS, "signature")})
+                writer.append("witness", **receipt_fields(receipt))
+            if receipts:  # the receipt's beacon decides the weights of the trials still waiting for one
+                _decide_weights(Path(run_dir), log, writer, str(receipts[-1]["beacon"]))
     finally:
         w.stop()
     if receipts:
         return "the end of the run is witnessed now: a heartbeat and its receipt were added to the log"
     return f"the end of the run could not be witnessed: {w.refused or 'the service did not answer'}"
+
+
+def _decide_weights(run_dir: Any, log: Any, writer: Any, beacon: str) -> None:
+    import json
+
+    from aiperf_runner.runstate import RunState
+    from aiperf_runner.weightkeeper import WeightKeeper, keep_share
+
+    state = RunState.load(log, keep_epochs=False)
+
+    def append(kind: str, **fields: Any) -> dict[str, Any]:
+        event = writer.append(kind, **fields)
+        state.apply(event)
+        return dict(event)
+
+    preset = json.loads((run_dir / "run.json").read_text()).get("preset", "")
+    WeightKeeper(run_dir, state, append, keep_share(preset), witnessed=True).receipt(beacon)
+
+
+def receipt_fields(receipt: Mapping[str, Any]) -> dict[str, Any]:
+    """A service receipt as the `witness` line's fields."""
+    return {k: receipt[k] for k in (*spec_witness.RECEIPT_FIELDS, "signature")}
+
+
+class WitnessedLog:
+    """The log's side of a witnessed run, for the controller's loop: heartbeat lines written and sent,
+    receipts logged (each receipt's beacon then decides the weights of the trials finished before it)."""
+
+    def __init__(self, witnessing: Witnessing, log: Callable[..., dict[str, Any]], head: Callable[[], str],
+                 figures: Callable[[], tuple[float, int, float | None]], on_beacon: Callable[[str], None],
+                 say: Callable[[str], None]) -> None:
+        self.w = witnessing
+        self.log, self.head, self.figures, self.on_beacon, self.say = log, head, figures, on_beacon, say
+        self.stopped = False
+
+    def log_receipt(self, receipt: Mapping[str, Any]) -> None:
+        self.log("witness", **receipt_fields(receipt))
+        self.on_beacon(str(receipt["beacon"]))
+
+    def _beat(self) -> int:
+        work, epochs, best = self.figures()
+        beat = self.log("heartbeat", work=work, epochs=epochs, best_accuracy=best)
+        self.w.send(beat["seq"], self.head(), work, epochs, best)
+        return int(beat["seq"])
+
+    def tick(self) -> None:
+        """Log the receipts that came back; write and send a heartbeat when one is due."""
+        if self.stopped:
+            return
+        for receipt in self.w.receipts():
+            self.log_receipt(receipt)
+        if self.w.refused is not None:
+            self.say(f"witnessing stopped: {self.w.refused}")
+            self.stopped = True
+            return
+        if self.w.due():
+            self._beat()
+
+    def final(self, timeout: float) -> None:
+        """After run_finished: one last heartbeat, retried for a while, so the end of the run is witnessed."""
+        if self.stopped:
+            return
+        deadline = time.monotonic() + timeout
+        self.w.wait_idle(timeout)
+        for receipt in self.w.receipts():
+            self.log_receipt(receipt)
+        while self.w.refused is None and time.monotonic() < deadline:
+            while not self.w.due() and time.monotonic() < deadline and self.w.refused is None:
+                time.sleep(0.2)
+            if self.w.refused is not None or time.monotonic() >= deadline:
+                break
+            seq = self._beat()
+            self.w.wait_idle(max(0.0, deadline - time.monotonic()))
+            receipts = self.w.receipts()
+            for receipt in receipts:
+                self.log_receipt(receipt)
+            if any(r.get("heartbeat_seq") == seq for r in receipts):
+                return
+        self.say("the final heartbeat was not witnessed: `aiperf-runner submit` will try again")

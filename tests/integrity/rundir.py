@@ -39,7 +39,7 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     clock = itertools.count(T0, 2.0).__next__
     graph = small_graph()
     hparams = {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}
-    dataset = {"name": "smoke", "train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 16}
+    dataset = {"name": "smoke", "train_images": 4000, "val_images": 2000, "classes": 10, "image_size": 16}
     _write_json(root / "run.json", {
         "run_id": RUN_ID, "runner_version": __version__, "spec_version": SPEC_VERSION, "rules": "v2",
         "preset": "smoke", "precision": "fp32", "seed": 0, "created_at": T0,
@@ -70,7 +70,7 @@ def make_run(root: Path, epochs: int = 3) -> Path:
             ended = started + 1.5
             accuracy = round(0.2 * epoch, 4)
             best = max(best, accuracy)
-            fields = dict(trial="t0000", attempt=1, epoch=epoch, images_trained=4000, images_evaluated=1000,
+            fields = dict(trial="t0000", attempt=1, epoch=epoch, images_trained=4000, images_evaluated=2000,
                           val_accuracy=accuracy, val_loss=round(2.0 / epoch, 4), started_at=started, ended_at=ended,
                           seconds=ended - started)
             tlog.append("epoch_end", **fields)

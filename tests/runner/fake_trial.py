@@ -5,7 +5,7 @@
 Each epoch sleeps $FAKE_EPOCH_S seconds (default 0.05) and appends an `epoch_end` line to
 TRIAL_DIR/events.jsonl; the accuracy rises with the epoch and depends on the architecture. Like the
 real program it continues after the last epoch it logged (its "checkpoint") and ends with
-`trial_result`. Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
+`trial_result` (with the digest of a stand-in weights file). Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
 $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
 with a message on stderr and nothing in the log (a killed or crashed process).
 """
@@ -80,7 +80,11 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
                 log.append("trial_error", trial=trial, attempt=attempt, error="RuntimeError: fake failure")
                 return 1
         best = max([best] + [accuracy(graph_bytes, e) for e in range(1, done + 1)])
-        log.append("trial_result", trial=trial, attempt=attempt, epochs=budget, best_accuracy=best, reason="budget")
+        # Stand-in weights (not safetensors): the controller's retention only needs a file and its digest.
+        weights = trial_dir / "weights.safetensors"
+        weights.write_bytes(hashlib.sha256(graph_bytes).digest() * 64)
+        log.append("trial_result", trial=trial, attempt=attempt, epochs=budget, best_accuracy=best, reason="budget",
+                   weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest())
     return 0
 
 

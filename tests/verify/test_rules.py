@@ -77,7 +77,7 @@ def test_the_official_run_passes_every_check(good: Path) -> None:
     assert report["integrity_ok"] and report["valid"] and report["stable"] and report["plausible"]
     for c in report["checks"]:
         assert set(c) == {"name", "threshold", "measured", "passed", "message"}
-        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility", "system", "witness"}
+        assert c["name"].split(".")[0] in {"integrity", "validity", "stability", "plausibility", "system", "witness", "audit"}
         assert c["message"]
 
 

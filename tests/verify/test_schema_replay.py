@@ -46,6 +46,8 @@ def sample_events(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
     events["trial_cancelled"] = {**base, "type": "trial_cancelled", "trial": "t0001", "attempt": 1, "reason": "stop"}
     events["slot_lost"] = {**base, "type": "slot_lost", "slot": 1, "reason": "node down"}
     events["trial_error"] = {**base, "type": "trial_error", "trial": "t0001", "attempt": 2, "error": "boom"}
+    events["weights_kept"] = {**base, "type": "weights_kept", "trial": "t0001", "sha256": "ab" * 32, "reason": "beacon"}
+    events["weights_dropped"] = {**base, "type": "weights_dropped", "trial": "t0002", "reason": "superseded"}
     assert set(events) == set(schema.EVENTS)
     return events
 

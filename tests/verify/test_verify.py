@@ -20,7 +20,7 @@ from devdata.runfactory import make_run
 FIELDS = {"integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
           "trials_finished", "epochs", "checks", "run_id", "fingerprint", "division", "series", "valid",
           "stable", "plausible", "spec_version", "rules_version", "rejected", "peak_flops", "efficiency", "system",
-          "epoch_fingerprints"}
+          "epoch_fingerprints", "kept_weights", "best_trial"}
 
 
 @pytest.fixture

@@ -31,6 +31,9 @@ MANIFEST_FORMAT = "aiperf-manifest/1"
 MANIFEST_NAME = "MANIFEST.json"
 SIGNATURE_NAME = "MANIFEST.sig"
 MANIFEST_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
+NOT_BUNDLED = ("weights.safetensors",)
+"""Files a run directory keeps but a bundle never holds (by name): a trial's weights are evidence,
+uploaded only when the service's audit asks for them (their digest is in the signed log)."""
 
 CHUNK = 1 << 20
 MAX_TOTAL_BYTES = 8 << 30
@@ -78,7 +81,7 @@ def run_files(run_dir: str | Path) -> list[str]:
             continue
         if not entry.is_file(follow_symlinks=False):
             raise BundleError(f"{rel} is not a regular file")
-        if rel not in MANIFEST_FILES:
+        if rel not in MANIFEST_FILES and rel.rsplit("/", 1)[-1] not in NOT_BUNDLED:
             files.append(rel)
     return sorted(files)
 
@@ -244,6 +247,8 @@ def check_manifest(directory: str | Path, pubkey: keys.PublicKeyLike | str | Pat
     for rel_name, entry in _walk(root):
         if rel_name in MANIFEST_FILES or rel_name in listed:
             continue
+        if rel_name.rsplit("/", 1)[-1] in NOT_BUNDLED and entry.is_file(follow_symlinks=False):
+            continue  # kept beside the signed run, never in it (their digests are in the log)
         if entry.is_symlink():
             findings.append(f"{rel_name} is a symlink, not part of the signed run")
         elif entry.is_file(follow_symlinks=False):

@@ -66,7 +66,7 @@ class PresetSpec:
 
 PRESETS: dict[str, PresetSpec] = {p.name: p for p in (
     # Generated images the small ResNet learns in a few CPU epochs (runner: train/data.py).
-    PresetSpec("smoke", 3, 16, 10, 4000, 1000, HparamSpace(
+    PresetSpec("smoke", 3, 16, 10, 4000, 2000, HparamSpace(
         (32, 64, 128), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
         {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0})),
     # Fashion-MNIST's IDX files (Debian's dataset-fashion-mnist): train-* and t10k-*, grey 28x28.

@@ -57,12 +57,18 @@ class TrialState:
     last_epoch: int = 0  # the highest epoch number logged; an epoch not above it is a repeat
     epochs_counted: int = 0
     epoch_best: float | None = None  # best validation accuracy of its counted epochs
+    last_accuracy: float | None = None  # validation accuracy of its last counted epoch (what the audit re-measures)
+    last_evaluated: int = 0  # images that epoch evaluated
     best_accuracy: float | None = None  # as its trial_finished says
     ended_t: float | None = None  # time of its last epoch or end line
     interruptions: int = 0  # attempts lost to a controller crash (not counted against --max-retries)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # trial log: attempt -> trial_result
     errors: dict[int, str] = field(default_factory=dict)  # trial log: attempt -> trial_error message
     epochs: dict[int, dict[str, Any]] = field(default_factory=dict)  # with keep_epochs: epoch -> epoch_end
+    weights_sha256: str | None = None  # its final weights' digest (trial_finished)
+    finished_seq: int | None = None  # the line of its trial_finished
+    weights: str | None = None  # "kept" / "dropped" (weights_kept / weights_dropped), None: undecided
+    weights_reason: str | None = None
 
     @property
     def proposed(self) -> bool:
@@ -211,6 +217,7 @@ class Replay:
             tr.last_epoch = epoch
             tr.epochs_counted += 1
             acc = ev["val_accuracy"]
+            tr.last_accuracy, tr.last_evaluated = acc, ev["images_evaluated"]
             if tr.epoch_best is None or acc > tr.epoch_best:
                 tr.epoch_best = acc
                 if self.best_epoch_accuracy is None or acc > self.best_epoch_accuracy:
@@ -381,6 +388,8 @@ class Replay:
         if kind == "trial_finished":
             self._status(tr, "finished")
             tr.best_accuracy = ev.get("best_accuracy")
+            tr.weights_sha256 = ev.get("weights_sha256")
+            tr.finished_seq = ev.get("seq")
         elif kind == "trial_failed":
             if ev.get("error") == INTERRUPTED:
                 tr.interruptions += 1
@@ -399,6 +408,14 @@ class Replay:
 
     def _witness(self, ev: Mapping[str, Any], t: float, line: int) -> None:
         self.witnessed.add(int(ev["heartbeat_seq"]))
+
+    def _weights(self, ev: Mapping[str, Any], t: float, line: int) -> None:
+        tr = self.trials.get(ev["trial"])
+        if tr is None:
+            self._anomaly("lifecycle", line, f"{ev['type']} for trial {ev['trial']}, which was never proposed")
+            return
+        tr.weights = "kept" if ev["type"] == "weights_kept" else "dropped"
+        tr.weights_reason = ev.get("reason")
 
     def _trial_result(self, ev: Mapping[str, Any], t: float, line: int) -> None:
         tr = self.trials.get(ev["trial"]) or self._unproposed(ev["trial"])
@@ -421,6 +438,8 @@ HANDLERS: dict[str, Handler] = {
     "slot_lost": Replay._slot_lost,
     "heartbeat": Replay._heartbeat,
     "witness": Replay._witness,
+    "weights_kept": Replay._weights,
+    "weights_dropped": Replay._weights,
     "trial_result": Replay._trial_result,
     "trial_error": Replay._trial_error,
 }

@@ -28,7 +28,7 @@ RULES_VERSION = "2.0"
 """2.0: registered systems (`system.*`), bound rules (`integrity.bound`), `v2` only and stability
 required for the official division. 1.0: the first rules."""
 
-GROUPS = ("integrity", "validity", "stability", "plausibility", "system", "witness")
+GROUPS = ("integrity", "validity", "stability", "plausibility", "system", "witness", "audit")
 BLOCKING = ("integrity.", "plausibility.", "system.devices", "witness.receipts", "witness.timeline")
 """Checks (by name prefix) whose failure rejects a result: the log is broken or claims the impossible."""
 
@@ -60,6 +60,10 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
         "witness_max_gap_intervals": 5,       # longest stretch without a receipt, in heartbeat intervals
         "witness_tolerance_s": 60.0,          # the controller's clock against the service's
         "witness_duration_relative": 0.01,    # the log's duration may differ from the witnessed by 1 % (+ tolerance)
+        # proof of training: kept weights and the service's audit
+        "weights_keep_share": {"imagenet": 0.01, "default": 0.05},  # share of trials whose weights a beacon keeps
+        "audit_accuracy_fixed": 0.01,         # re-evaluated accuracy may differ by this
+        "audit_accuracy_sigmas": 3.0,         # ... plus this many binomial standard deviations
         # review by a list maintainer before publication (the service)
         "review_efficiency_vs_best": 1.25,  # x the best official efficiency on the same accelerator model
         "review_efficiency_max": 0.6,       # of peak, outright
@@ -432,3 +436,18 @@ def check_witness_timeline(problems: list[str], checked: bool, th: Mapping[str, 
     return check(name, threshold, len(problems), not problems, "; ".join(problems) or
                  "every epoch was in the log before the first receipt after its end; the log's clock agrees "
                  "with the service's")
+
+
+# audit: what the log did with the trials' weights (the service's audit of the weights themselves is
+# docs/service.md's audit.weights, audit.architecture, audit.accuracy)
+
+def check_retention(found: Findings, kept: int, finished: int) -> dict[str, Any]:
+    return check("audit.retention", 0, found.count, found.count == 0, found.text(
+        f"the weights of {kept} of {finished} finished trials kept, as the beacons and the best trial say"))
+
+
+def audit_tolerance(accuracy: float, images: int, th: Mapping[str, Any]) -> float:
+    """How far a re-evaluated accuracy may be from the logged one: a fixed part plus binomial noise."""
+    p = min(max(float(accuracy), 0.0), 1.0)
+    sigma = (p * (1.0 - p) / max(int(images), 1)) ** 0.5
+    return float(th["audit_accuracy_fixed"] + th["audit_accuracy_sigmas"] * sigma)

@@ -27,6 +27,8 @@ ENUMS: dict[str, frozenset[str]] = {
     "trial_finished.reason": frozenset({"budget", "early_stop"}),
     "trial_cancelled.reason": frozenset({"duration", "stop"}),
     "run_finished.reason": frozenset({"duration", "stopped", "exhausted"}),
+    "weights_kept.reason": frozenset({"beacon", "best", "unwitnessed"}),
+    "weights_dropped.reason": frozenset({"beacon", "superseded", "unwitnessed"}),
 }
 
 _known_trials: set[str] = set()
@@ -107,6 +109,11 @@ def accuracy(name: str, doc: str = "") -> Field:
     return Field(name, "(type(v) is float or type(v) is int) and 0.0 <= v <= 1.0", "a number in [0, 1]", doc)
 
 
+def weights_field() -> Field:
+    return Field("weights_sha256", "type(v) is str and len(v) == 64 and HEX.fullmatch(v) is not None",
+                 "64 lowercase hex chars", "(SHA-256 of the final weights; optional)", required=False)
+
+
 def run_id_field() -> Field:
     return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
 
@@ -151,8 +158,8 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         "one epoch trained and evaluated"),
     EventType("trial_finished", (MAIN,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
-        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)")),
-        "an attempt ended with the trial complete"),
+        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
+        weights_field()), "an attempt ended with the trial complete"),
     EventType("trial_failed", (MAIN,), (
         trial_field(), attempt_field(), string("error"), Field("retry", "type(v) is bool", "true or false",
                                                                "(bool)")),
@@ -173,13 +180,21 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         hex_field("beacon", 64, "(32 random bytes of the service)"), string("key", "(witness key fingerprint)"),
         string("signature", "(base64 Ed25519, by the witness key)")),
         "the service's receipt of a heartbeat"),
+    EventType("weights_kept", (MAIN,), (
+        trial_field(), hex_field("sha256", 64, "(of weights.safetensors)"),
+        Field("reason", _enum("weights_kept.reason"), "beacon, best or unwitnessed", "(`beacon`/`best`/`unwitnessed`)")),
+        "the trial's final weights stay in its directory for the service's audit"),
+    EventType("weights_dropped", (MAIN,), (
+        trial_field(), Field("reason", _enum("weights_dropped.reason"), "beacon, superseded or unwitnessed",
+                             "(`beacon`/`superseded`/`unwitnessed`)")),
+        "the trial's weights were deleted: not selected"),
     EventType("run_finished", (MAIN,), (
         Field("reason", _enum("run_finished.reason"), "duration, stopped or exhausted",
               "(`duration`/`stopped`/`exhausted`)"),), "the last line of a complete run"),
     EventType("trial_result", (TRIAL,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
-        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)")),
-        "the trial program finished the trial"),
+        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
+        weights_field()), "the trial program finished the trial"),
     EventType("trial_error", (TRIAL,), (trial_field(), attempt_field(), string("error")),
               "the trial program failed with an exception"),
 )}

@@ -21,6 +21,8 @@ from .eventlog import LogError
 from .fingerprint import EpochFingerprints
 from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
 from .replay import Replay
+from .retention import RetentionAudit
+from .retention import share as retention_share
 from .runio import RunDir, RunIOError
 from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
 from .witness import ServiceRecords, WitnessAudit, token_interval, token_issued_at
@@ -28,7 +30,7 @@ from .witness import ServiceRecords, WitnessAudit, token_interval, token_issued_
 REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
                  "trials_finished", "epochs", "checks", "run_id", "fingerprint", "division", "series",
                  "valid", "stable", "plausible", "spec_version", "rules_version", "rejected", "peak_flops",
-                 "efficiency", "system", "epoch_fingerprints")
+                 "efficiency", "system", "epoch_fingerprints", "kept_weights", "best_trial")
 
 BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.zst", ".tar.xz", ".tar.bz2")
 
@@ -87,7 +89,8 @@ def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
             "max_accuracy": 0.0, "duration_s": 0.0, "trials_finished": 0, "epochs": 0, "checks": [],
             "run_id": None, "fingerprint": None, "division": "open", "series": [], "valid": False,
             "stable": False, "plausible": False, "spec_version": SPEC_VERSION, "rules_version": rules_version,
-            "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": []}
+            "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": [],
+            "kept_weights": {}, "best_trial": None}
 
 
 def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict[str, Any]], str | None]:
@@ -157,6 +160,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     fingerprints = EpochFingerprints()
     replay.listen(fingerprints)
     witness = WitnessAudit(replay, witness_keys or {})
+    retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
     chain_error: str | None = None
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
@@ -215,6 +219,8 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_witness_token(witness.token_problems(run, records), checked))
     checks.append(R.check_witness_receipts(witness, witness.missing_receipts(records), checked))
     checks.append(R.check_witness_coverage(witness.gaps(issued_at), interval, th, checked))
+    finished_with_weights = sum(1 for tr in replay.trials.values() if tr.weights_sha256)
+    checks.append(R.check_retention(retention.problems(), len(retention.kept()), finished_with_weights))
     checks.append(R.check_witness_timeline(
         witness.timeline_problems(acc.t0, acc.end, issued_at, th["witness_tolerance_s"],
                                   th["witness_duration_relative"]), checked, th))
@@ -244,6 +250,11 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                    "accelerator_model": hw.accelerator_model, "accelerators": hw.accelerators, "nodes": hw.nodes,
                    "describe": hw.describe()},
         "epoch_fingerprints": fingerprints.digests,
+        "kept_weights": {t: {"sha256": sha, "epoch": replay.trials[t].last_epoch,
+                             "val_accuracy": replay.trials[t].last_accuracy,
+                             "images_evaluated": replay.trials[t].last_evaluated}
+                         for t, sha in retention.kept().items()},
+        "best_trial": retention.best_trial(),
     })
     return report
 

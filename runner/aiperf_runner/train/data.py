@@ -53,7 +53,7 @@ MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
 
-SMOKE_DEFAULTS = {"train_images": 4000, "val_images": 1000, "classes": 10, "image_size": 32}
+SMOKE_DEFAULTS = {"train_images": 4000, "val_images": 2000, "classes": 10, "image_size": 32}
 
 
 class DataError(ValueError):

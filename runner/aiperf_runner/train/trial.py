@@ -8,6 +8,7 @@ MASTER_PORT) or `srun` (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master is
 of the step) the program joins that process group; otherwise, with `--nproc K > 1`, it spawns K
 local processes itself. gloo on CPU, NCCL on CUDA.
 
+Rank 0 writes the final weights to TRIAL_DIR/weights.safetensors (their SHA-256 in `trial_result`).
 Rank 0 appends to TRIAL_DIR/events.jsonl: `epoch_end` after every epoch, `trial_result` at the
 end, `trial_error` (and a non-zero exit) on an exception. After every epoch it writes
 TRIAL_DIR/checkpoint.pt (model, optimizer, scaler, early-stopping state and the epoch's
@@ -47,6 +48,7 @@ from .config import TrialConfig, TrialError
 from .data import Normalizer, TrialData, build_data
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
 from .precision import Precision, setup_precision
+from .weights import WEIGHTS, save_weights
 
 CHECKPOINT = "checkpoint.pt"
 EVENTS = "events.jsonl"
@@ -392,10 +394,12 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
             f"({images_trained / max(seconds, 1e-9):.0f} img/s)", flush=True)
 
     reason = progress.stop_reason or "budget"
-    result = {"trial": cfg.trial, "attempt": attempt, "epochs": progress.epoch,
-              "best_accuracy": progress.best_accuracy, "reason": reason}
+    result: dict[str, Any] = {"trial": cfg.trial, "attempt": attempt, "epochs": progress.epoch,
+                              "best_accuracy": progress.best_accuracy, "reason": reason}
     if is_main:
         assert writer is not None
+        # The final weights, and their digest in the result: the service may ask for them (its audit).
+        result["weights_sha256"] = save_weights(model, trial_dir / WEIGHTS)
         writer.append("trial_result", **result)
         for leftover in (ckpt_path, ckpt_path.with_name(ckpt_path.name + ".tmp")):
             leftover.unlink(missing_ok=True)
