@@ -1,5 +1,6 @@
 # One image for the web server, the Celery worker and beat (docker-compose.yml picks the command).
-# The service needs no torch: the runner is installed without its [train] extra.
+# The service needs no torch: the runner is installed without its [train] extra. The audit worker
+# re-evaluates challenged weights with torch: build it with --build-arg RUNNER_EXTRAS=[train].
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -18,8 +19,9 @@ RUN apt-get update \
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
+ARG RUNNER_EXTRAS=""
 COPY runner/ runner/
-RUN pip install ./runner
+RUN pip install "./runner${RUNNER_EXTRAS}"
 
 COPY manage.py ./
 COPY server/ server/

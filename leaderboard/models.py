@@ -226,6 +226,9 @@ class Submission(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     verified_at = models.DateTimeField(null=True, blank=True)
+    # The service's challenge (proof of training): the trials whose kept weights it asked for.
+    challenge = models.JSONField(default=list, blank=True, help_text="trial ids whose weights the audit re-evaluates")
+    challenged_at = models.DateTimeField(null=True, blank=True)
     # The conditional claim that makes verification safe to re-run (leaderboard/pipeline.py).
     claim_token = models.CharField(max_length=32, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
@@ -240,11 +243,12 @@ class Submission(models.Model):
 
 class ResultQuerySet(models.QuerySet["Result"]):
     def live(self) -> ResultQuerySet:
-        """The results on the live list: published (at once, or after approval), not withdrawn, and
-        not waiting for (or refused by) a maintainer's review."""
+        """The results on the live list: published (at once, or after approval), not withdrawn, not
+        waiting for (or refused by) a maintainer's review, and, in the official division, audited."""
         return self.filter(published=True, submission__status__in=[Submission.Status.VERIFIED,
                                                                    Submission.Status.PUBLISHED]).exclude(
-            review__in=[Result.Review.PENDING, Result.Review.REJECTED])
+            review__in=[Result.Review.PENDING, Result.Review.REJECTED]).exclude(
+            division=Division.OFFICIAL, audit=Result.Audit.PENDING)
 
     def entries(self) -> ResultQuerySet:
         """What the list shows by default: each system's best live result (ranked)."""
@@ -257,6 +261,12 @@ class Result(models.Model):
     class Level(models.TextChoices):
         FULL = "full", "Full: every check passed"
         PARTIAL = "partial", "Partial: integrity and plausibility passed, some checks did not"
+
+    class Audit(models.TextChoices):
+        NONE = "", "Not audited (unwitnessed: open division)"
+        PENDING = "pending", "Waiting for the challenged trials' weights, the service's data or the re-evaluation"
+        PASSED = "passed", "Passed: the weights are the graphs' and reach the logged accuracies"
+        FAILED = "failed", "Failed"
 
     class Review(models.TextChoices):
         NONE = "", "Not needed"
@@ -294,6 +304,9 @@ class Result(models.Model):
     rank_all = models.PositiveIntegerField(null=True, blank=True, db_index=True, editable=False,
                                            help_text="place among every live result of its rules and division")
     review = models.CharField(max_length=16, choices=Review.choices, default=Review.NONE, blank=True, db_index=True)
+    audit = models.CharField(max_length=16, choices=Audit.choices, default=Audit.NONE, blank=True, db_index=True)
+    audit_report = models.JSONField(default=dict, blank=True, help_text="{trials: {trial: [checks]}, message}")
+    audited_at = models.DateTimeField(null=True, blank=True)
     review_reason = models.TextField(blank=True)
     reviewed_at = models.DateTimeField(null=True, blank=True)
     reviewed_by = models.CharField(max_length=150, blank=True)
@@ -311,6 +324,20 @@ class Result(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("result", args=[self.pk])
+
+
+class Evidence(models.Model):
+    """A challenged trial's weights, uploaded by the site (`aiperf-runner submit` / `evidence`)."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="evidence")
+    trial = models.CharField(max_length=16)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    file = models.FileField(upload_to="evidence/", max_length=300)
+    uploaded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["submission", "trial"], name="one_evidence_per_trial")]
 
 
 class EpochFingerprint(models.Model):

@@ -23,6 +23,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import random
+import secrets
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -109,7 +112,9 @@ def run(submission_id: int, *, reverify: bool = False) -> Outcome:
     try:
         sub = Submission.objects.select_related("site", "key").get(pk=submission_id)
         try:
+            started = time.perf_counter()
             stored = _verify(sub)
+            log.info("submission %s: verified in %.1f s", submission_id, time.perf_counter() - started)
             _store_result(sub, token, stored, reverify=reverify)
         except Rejected as exc:
             _store_rejection(sub, token, exc.reasons)
@@ -197,6 +202,19 @@ def duplicate_of(sub: Submission, digests: list[str]) -> list[Reason]:
     other = Submission.objects.select_related("site").get(pk=shared["submission"])
     return [{"check": "integrity.duplicate", "message": f"the log repeats the epochs of submission {other.pk} "
              f"(run {other.run_id}, site {other.site.name!r}): a run is submitted once"}]
+
+
+def challenge_of(report: dict[str, Any]) -> list[str]:
+    """The trials whose kept weights the audit asks for: up to AIPERF_AUDIT_TRIALS, the best always among
+    them, picked with the service's own randomness. None for an unwitnessed run (never official)."""
+    witnessed = any(c["name"] == "witness.token" and c["passed"] for c in report["checks"])
+    kept, best = dict(report.get("kept_weights") or {}), report.get("best_trial")
+    if not witnessed or not kept:
+        return []
+    pool = sorted(t for t in kept if t != best)
+    k = max(settings.AIPERF_AUDIT_TRIALS - (1 if best in kept else 0), 0)
+    picked = random.Random(secrets.randbits(64)).sample(pool, min(k, len(pool)))
+    return sorted(([best] if best in kept else []) + picked)
 
 
 def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude: int | None) -> str:
@@ -322,6 +340,10 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         if existing is None or existing.review in (Result.Review.NONE, Result.Review.PENDING):
             why = review_needed(values, system.accelerator_model, existing.pk if existing else None)
             values |= {"review": Result.Review.PENDING if why else Result.Review.NONE, "review_reason": why}
+        if existing is None or existing.audit == Result.Audit.NONE:
+            current.challenge = challenge_of(report)
+            current.challenged_at = now if current.challenge else None
+            values["audit"] = Result.Audit.PENDING if current.challenge else Result.Audit.NONE
         result, _ = Result.objects.update_or_create(submission=current, defaults=values)
         EpochFingerprint.objects.filter(submission=current).delete()
         try:
@@ -340,7 +362,8 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.verified_at = now
         current.claim_token = ""
         current.claimed_at = None
-        current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at"])
+        current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at",
+                                    "challenge", "challenged_at"])
         ranking.rerank()
 
 

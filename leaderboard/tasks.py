@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
-from leaderboard import pipeline
+from leaderboard import audit, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +44,19 @@ def resume_stuck() -> int:
     for pk in ids:
         verify_submission.delay(pk)
     return len(ids)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def audit_submission(submission_id: int) -> str:
+    """Re-evaluate a submission's challenged weights (its own queue: operators may run it on a GPU machine)."""
+    return audit.run(submission_id)
+
+
+def enqueue_audit(submission_id: int) -> None:
+    audit_submission.apply_async((submission_id,), queue=settings.AIPERF_AUDIT_QUEUE)
+
+
+@shared_task
+def expire_challenges() -> int:
+    """Withdraw results whose challenge went unanswered for AIPERF_CHALLENGE_DAYS."""
+    return len(audit.expire())

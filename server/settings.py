@@ -145,6 +145,19 @@ AIPERF_HEARTBEAT_INTERVAL_S = env.float("AIPERF_HEARTBEAT_INTERVAL_S", default=6
 AIPERF_TOKEN_TTL_S = env.float("AIPERF_TOKEN_TTL_S", default=3600.0)
 # A token that reached no submission within this many seconds counts as an abandoned run.
 AIPERF_ABANDONED_AFTER_S = env.float("AIPERF_ABANDONED_AFTER_S", default=7 * 86400.0)
+# Proof of training: how many kept trials a witnessed submission is challenged for (the best always
+# among them), where the audit finds each preset's validation data (JSON {preset: directory}; smoke is
+# generated, fashion-mnist defaults to Debian's dataset-fashion-mnist), its queue, its limits, the
+# largest weights file accepted, and the days a challenge may stay unanswered before the result is
+# withdrawn.
+AIPERF_AUDIT_TRIALS = env.int("AIPERF_AUDIT_TRIALS", default=3)
+AIPERF_AUDIT_DATA = env.json("AIPERF_AUDIT_DATA", default={})
+AIPERF_AUDIT_QUEUE = env.str("AIPERF_AUDIT_QUEUE", default="audit")
+AIPERF_AUDIT_TIMEOUT_S = env.float("AIPERF_AUDIT_TIMEOUT_S", default=3600.0)
+AIPERF_AUDIT_MEMORY_BYTES = env.int("AIPERF_AUDIT_MEMORY_BYTES", default=32 * 1024**3)
+AIPERF_AUDIT_DEVICE = env.str("AIPERF_AUDIT_DEVICE", default="cpu")
+AIPERF_MAX_EVIDENCE_BYTES = env.int("AIPERF_MAX_EVIDENCE_BYTES", default=4 * 1024**3)
+AIPERF_CHALLENGE_DAYS = env.float("AIPERF_CHALLENGE_DAYS", default=14.0)
 # The rules version results are verified under (spec/rules.py; a private list may add its own with
 # AIPERF_RULES_FILE, a JSON object {version: {"base": "2.0", threshold: value, ...}}).
 AIPERF_RULES_FILE = env.str("AIPERF_RULES_FILE", default="")
@@ -182,6 +195,10 @@ CELERY_BEAT_SCHEDULE = {
     "resume-stuck-submissions": {
         "task": "leaderboard.tasks.resume_stuck",
         "schedule": env.float("AIPERF_RESUME_STUCK_EVERY_S", default=600.0),
+    },
+    "expire-challenges": {
+        "task": "leaderboard.tasks.expire_challenges",
+        "schedule": env.float("AIPERF_EXPIRE_CHALLENGES_EVERY_S", default=3600.0),
     },
 }
 if CELERY_TASK_ALWAYS_EAGER and not DEBUG:

@@ -186,7 +186,8 @@ class ResultDetailSerializer(LeaderboardEntrySerializer):
     class Meta(LeaderboardEntrySerializer.Meta):
         fields = LeaderboardEntrySerializer.Meta.fields + [
             "submission", "status", "run_id", "published", "trials_finished", "epochs", "spec_version",
-            "runner_version", "started_at", "report", "series"]
+            "runner_version", "started_at", "report", "series", "audit", "audit_report", "audited_at",
+            "review_reason", "reviewed_at", "reviewed_by"]
 
 
 class TrialSerializer(serializers.ModelSerializer):
@@ -215,11 +216,29 @@ class SubmissionSerializer(serializers.ModelSerializer):
     division = serializers.SerializerMethodField()
     rank = serializers.SerializerMethodField()
     verification_level = serializers.SerializerMethodField()
+    audit = serializers.SerializerMethodField(help_text="the audit of the challenged trials' weights: '' (none), "
+                                                        "pending, passed, failed")
+    evidence = serializers.SerializerMethodField(help_text="challenged trials whose weights the service holds")
+    audit_note = serializers.SerializerMethodField(help_text="why a pending audit waits, when the service knows "
+                                                             "(e.g. it has no validation data for the preset)")
 
     class Meta:
         model = Submission
         fields = ["id", "status", "site", "run_id", "sha256", "size", "created_at", "verified_at", "reasons",
-                  "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level"]
+                  "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
+                  "challenge", "challenged_at", "evidence", "audit", "audit_note"]
+        read_only_fields = ["challenge", "challenged_at"]
+
+    def get_audit(self, sub) -> str | None:
+        r = self._result(sub)
+        return r.audit if r else None
+
+    def get_audit_note(self, sub) -> str:
+        r = self._result(sub)
+        return str((r.audit_report or {}).get("message") or "") if r else ""
+
+    def get_evidence(self, sub) -> list[str]:
+        return sorted(sub.evidence.values_list("trial", flat=True))
 
     @staticmethod
     def _result(sub) -> Result | None:

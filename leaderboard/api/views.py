@@ -26,7 +26,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import intake, systems, witness
+from leaderboard import audit, intake, systems, tasks, witness
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
@@ -259,6 +259,29 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return self._refused(exc)
         data = self.get_serializer(received.submission).data
         return Response(data, status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
+
+    @extend_schema(request=inline_serializer("EvidenceUpload", {
+        "trial": serializers.CharField(help_text="a challenged trial"),
+        "weights": serializers.FileField(help_text="its trials/<id>/weights.safetensors")}),
+        responses={201: s.SubmissionSerializer, 400: CheckError, 403: CheckError, 404: CheckError, 413: CheckError})
+    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
+    def evidence(self, request, pk=None):
+        """Upload a challenged trial's weights (the site that submitted it); the audit starts once all are in."""
+        sub = self.get_object()
+        if sub.site_id != getattr(request.auth, "pk", None):
+            raise PermissionDenied("only the site that submitted it may answer its challenge")
+        upload = request.data.get("weights") if hasattr(request.data, "get") else None
+        if upload is None or not hasattr(upload, "chunks"):
+            return Response({"detail": "send the weights as the multipart file field 'weights', and 'trial'",
+                             "check": "request"}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            audit.receive_evidence(sub, str(request.data.get("trial", "")), upload)
+        except Rejected as exc:
+            return self._refused(exc)
+        if audit.complete(sub):
+            tasks.enqueue_audit(sub.pk)
+        sub.refresh_from_db()
+        return Response(self.get_serializer(sub).data, status=status.HTTP_201_CREATED)
 
     @staticmethod
     def _refused(exc: Rejected) -> Response:

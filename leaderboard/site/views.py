@@ -267,6 +267,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
             ("Division", r.get_division_display()), ("Verification level", _level_label(r.verification_level)),
             ("FLOP rules", r.rules + ("" if r.rules == "v2" else " (listed apart from v2 results)")),
             ("Hardware judged by", (report.get("system") or {}).get("describe") or "–"),
+            ("Audit of the weights", _audit_text(r)),
             ("Review", (r.get_review_display() + (f": {r.review_reason}" if r.review_reason else "")
                         + (f" ({r.reviewed_by}, {fmt.date(r.reviewed_at)})" if r.reviewed_at else ""))
              if r.review else "not needed"),
@@ -282,6 +283,21 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "nav": "list",
     }
     return render(request, "site/result.html", context)
+
+
+def _audit_text(r: Result) -> str:
+    """The audit as the result page says it: its state and, per challenged trial, what was re-measured."""
+    if not r.audit:
+        return "not audited (no challenge: an unwitnessed run)"
+    parts = [r.get_audit_display()]
+    for trial, checks in ((r.audit_report or {}).get("trials") or {}).items():
+        accuracy = next((c for c in checks if c["name"] == "audit.accuracy"), None)
+        failed = [c["name"] for c in checks if not c["passed"]]
+        parts.append(f"{trial}: " + ("passed" if not failed else "failed " + ", ".join(failed))
+                     + (f" ({accuracy['message'].split(': ', 1)[-1]})" if accuracy else ""))
+    if (r.audit_report or {}).get("message"):
+        parts.append(r.audit_report["message"])
+    return "; ".join(parts)
 
 
 def result_bundle(request: HttpRequest, pk: int) -> FileResponse:
