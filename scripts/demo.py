@@ -7,7 +7,8 @@
    CPU system "AIPerf demo".
 2. A witnessed smoke run: `aiperf-runner run --preset smoke --slots 2 --duration 2m --system "AIPerf demo"`
    (a run token from the service, heartbeats, the service's receipts in the log).
-3. `aiperf-runner submit`: signed, uploaded, verified by the service; the result's URL printed.
+3. `aiperf-runner submit`: signed, uploaded, verified by the service; the weights of the trials the
+   service challenges uploaded and re-evaluated (the audit); the result's URL printed.
 
 The server keeps running afterwards so the URL can be opened; the script prints how to stop it.
 Running `make demo` again reuses the server, the site and the key, and adds a new run.
@@ -188,6 +189,9 @@ def main() -> None:
     if result.get("score_ops") is not None:
         print(f"score:       {result['score_ops']:.4g} OPS (regulated {result['regulated_score_ops']:.4g} OPS)")
         print(f"rank:        {result['rank']} in the {result['division']} division")
+    if result.get("challenge"):
+        print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
+              f"{', '.join(result['challenge'])} re-evaluated by the service)")
     if result.get("url"):
         print(f"result:      {result['url']}")
     print(f"ranked list: {url}/")

@@ -70,6 +70,7 @@ class Stack:
             "DATABASE_URL": self.database_url,
             "CELERY_BROKER_URL": REDIS_URL,
             "AIPERF_CELERY_QUEUE": self.name,
+            "AIPERF_AUDIT_QUEUE": f"{self.name}-audit",
             "DEBUG": "1",
             "SECRET_KEY": "e2e-" + uuid.uuid4().hex,
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -106,7 +107,7 @@ class Stack:
 
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-            redis.Redis.from_url(REDIS_URL).delete(self.name)
+            redis.Redis.from_url(REDIS_URL).delete(self.name, f"{self.name}-audit")
         except Exception:  # noqa: BLE001 - cleanup is best effort
             pass
 
@@ -134,13 +135,14 @@ class Stack:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
-    def start_worker(self, name: str = "worker", *, verify_delay_s: float | None = None) -> subprocess.Popen:
-        """A Celery worker on this stack's queue; `verify_delay_s`: one that sleeps that long inside each
-        verification (tests/service/slow_worker.py), to be killed there."""
+    def start_worker(self, name: str = "worker", *, verify_delay_s: float | None = None,
+                     queue: str | None = None) -> subprocess.Popen:
+        """A Celery worker on this stack's queue (or `queue`: e.g. its audit queue); `verify_delay_s`: one
+        that sleeps that long inside each verification (tests/service/slow_worker.py), to be killed there."""
         program = [str(BIN / "celery"), "-A", "server", "worker"]
         if verify_delay_s is not None:
             program = [sys.executable, "-m", "tests.service.slow_worker", str(verify_delay_s)]
-        proc = self.spawn(name, [*program, "-Q", self.name, "--concurrency", "1", "--pool", "prefork",
+        proc = self.spawn(name, [*program, "-Q", queue or self.name, "--concurrency", "1", "--pool", "prefork",
                                  "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO"])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -50,6 +50,7 @@ def stack(tmp_path_factory):
         s.start()
         s.manage("aiperf_witness_key", "create")
         s.start_worker("worker")
+        s.start_worker("audit", queue=s.env["AIPERF_AUDIT_QUEUE"])  # proof of training on its own queue
         yield s
     finally:
         s.stop()
@@ -69,10 +70,11 @@ class Site:
     def env(self) -> dict[str, str]:
         return {**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)}
 
-    def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0) -> subprocess.Popen:
+    def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0,
+                  trial_module: str = "aiperf_runner.train.trial") -> subprocess.Popen:
         return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--preset", "smoke", "--slots", str(slots),
                                  "--duration", duration, "--seed", str(seed), "--out", str(run), "--system",
-                                 str(self.system["id"]), "--progress", "plain",
+                                 str(self.system["id"]), "--progress", "plain", "--trial-module", trial_module,
                                  # Two runs may share this machine's two cores: one thread per trial, or
                                  # their OpenMP threads spin against each other (epochs took 25x longer).
                                  "--backend-opt", "threads_per_process=1"],
@@ -132,14 +134,78 @@ def test_a_witnessed_run_is_official_and_on_the_record(stack, runs):
     assert lines(run)[0]["token"]["statement"]["run_id"] == lines(run)[0]["run_id"]
 
 
+def test_submit_answers_the_challenge_and_the_audit_passes(stack, runs):
+    site, run = runs["honest"]
+    sub = site.submit(run)  # the same bundle: the same submission, its audit done
+    result = stack.get(f"/api/v1/results/{sub['result']}/")
+    kept = result["report"]["kept_weights"]
+    best = result["report"]["best_trial"]
+    assert best in sub["challenge"] and set(sub["challenge"]) <= set(kept) and len(sub["challenge"]) <= 3, sub
+    assert sub["evidence"] == sub["challenge"] and sub["audit"] == "passed", sub
+    audited = result["audit_report"]["trials"]
+    assert set(audited) == set(sub["challenge"])
+    assert all(c["passed"] for checks in audited.values() for c in checks), audited
+    assert {c["name"] for c in audited[best]} == {"audit.weights", "audit.architecture", "audit.accuracy"}
+    on_disk = {p.parent.name for p in (run / "trials").glob("*/weights.safetensors")}
+    assert on_disk == set(kept)  # the others were deleted as they were decided
+    finished = [e for e in lines(run) if e["type"] == "trial_finished"]
+    assert len(kept) < len(finished), (kept, len(finished))
+    page = httpx.get(sub["url"], timeout=30).text
+    assert "Audit of the weights" in page and "Passed" in page and best in page
+    assert result["audit"] == "passed"
+
+
+def test_evidence_must_be_challenged_and_what_the_log_recorded(stack, runs):
+    site, run = runs["honest"]
+    assert not bundle.check_manifest(run, site.key().public_key())  # kept weights are beside the signed run
+    sub = site.submit(run)
+    url = f"{stack.url}/api/v1/submissions/{sub['submission']}/evidence/"
+    auth = {"Authorization": f"Token {site.token}"}
+    trial = sub["challenge"][0]
+    r = httpx.post(url, headers=auth, data={"trial": trial}, timeout=30,
+                   files={"weights": ("weights.safetensors", b"not these weights", "application/octet-stream")})
+    assert r.status_code == 400 and r.json()["check"] == "audit.weights", r.text
+    assert "is not the one trial" in r.json()["detail"]
+    finished = {e["trial"] for e in lines(run) if e["type"] == "trial_finished"}
+    unchallenged = sorted(finished - set(sub["challenge"]))[0]
+    r = httpx.post(url, headers=auth, data={"trial": unchallenged}, timeout=30,
+                   files={"weights": ("weights.safetensors", b"x", "application/octet-stream")})
+    assert r.status_code == 404 and r.json()["check"] == "evidence", r.text
+    other = Site(stack, "Other Lab")
+    r = httpx.post(url, headers={"Authorization": f"Token {other.token}"}, data={"trial": trial}, timeout=30,
+                   files={"weights": ("weights.safetensors", b"x", "application/octet-stream")})
+    assert r.status_code == 403
+    assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["audit"] == "passed"  # nothing lost
+
+
+def test_accuracies_raised_at_the_source_fail_the_audit(stack, tmp_path):
+    """A trial program that logs every accuracy 0.05 higher: the log is chained, signed and witnessed,
+    its weights and digests honest; only the re-evaluation can tell."""
+    site = Site(stack, "Inflated Lab")
+    run = tmp_path / "inflated"
+    proc = site.start_run(run, "40s", slots=1, seed=4, trial_module="tests.service.inflated_trial")
+    finish(proc)
+    sub = site.submit(run)
+    assert sub["status"] == "rejected", sub
+    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+    assert "audit.accuracy" in reasons, sub["reasons"]
+    assert "re-evaluated accuracy" in reasons["audit.accuracy"] and "logged" in reasons["audit.accuracy"]
+    assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+
+
 def test_kill_9_and_resume_continue_the_same_token(stack, runs):
     site, run = runs["resumed"]
     events = lines(run)
     assert sum(e["type"] == "run_resumed" for e in events) == 1
     resumed_at = next(i for i, e in enumerate(events) if e["type"] == "run_resumed")
     assert any(e["type"] == "witness" for e in events[resumed_at:])  # receipts continue after the resume
-    sub = site.submit(run)
-    assert sub["status"] == "verified", sub
+    sub = stack.submit(run, site.token, site.config, "--no-wait")
+    assert sub["status"] in ("received", "verifying", "verified") and sub["audit"] != "passed", sub
+    # The challenge answered later: `evidence` waits for the verification, uploads, waits for the audit.
+    out = stack.runner("evidence", str(run), "--json", config=site.config)
+    sub = json.loads(out.stdout)
+    assert sub["status"] == "verified" and sub["challenge"] and sub["audit"] == "passed", sub
+    assert sub["evidence"] == sub["challenge"]
     got = checks(stack, sub)
     assert all(got[name]["passed"] for name in WITNESS_CHECKS), {n: got[n]["message"] for n in WITNESS_CHECKS}
 
