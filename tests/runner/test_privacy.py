@@ -78,3 +78,19 @@ def test_not_bundled_and_the_listing(tmp_path: Path) -> None:
     assert not (trial / "stdout.public.log").exists()  # listing writes nothing
     assert publish.write_public_logs(run) == ["trials/t0000/stdout.public.log"]
     assert bundle.run_files(run) == ["events.jsonl", "run.json", "trials/t0000/stdout.public.log"]
+
+
+def test_the_trial_reads_its_data_root_from_local(tmp_path: Path) -> None:
+    from aiperf_runner.search.seeds import seed_for_preset
+    from aiperf_runner.train.config import TrialConfig
+
+    run = tmp_path / "run"
+    trial = run / "trials" / "t0000"
+    trial.mkdir(parents=True)
+    dataset = {"name": "cifar", "train_images": 10, "val_images": 10, "classes": 10, "image_size": 32, "channels": 3}
+    (trial / "trial.json").write_text(json.dumps({"trial": "t0000", "epoch_budget": 1, "preset": "cifar",
+                                                  "dataset": dataset}))  # no "data": it is not published
+    (trial / "hparams.json").write_text(json.dumps({"batch_size": 64, "lr": 0.1}))
+    (trial / "graph.json").write_text(seed_for_preset("cifar", 10, 32).dumps())
+    privacy.write_private(run, {"data": "/scratch/site/cifar10"})
+    assert TrialConfig.load(trial).data.root == "/scratch/site/cifar10"
