@@ -90,6 +90,7 @@ class LogAudit:
         self.max_epoch_rate: float | None = None
         self._last_t: float | None = None
         self._last_ended: dict[str, float] = {}
+        self._slot_peaks: dict[int, float | None] = {}  # devices -> slot_peak(devices), asked once
         self._by_anomaly = {"lifecycle": self.lifecycle, "slot_clash": self.slot_clash,
                             "concurrency": self.concurrency, "consistency": self.consistency,
                             "malformed": self.schema}
@@ -183,20 +184,22 @@ class LogAudit:
         if self.images_cap is not None and trained > self.images_cap:
             self.images.add(line, f"trial {trial} epoch {epoch} trained {trained} images, the training "
                                   f"set has {self.train_images}")
-        self._rate(trial, epoch, attempt, trained, evaluated, started, ended, line)
-
-    def _rate(self, trial: str, epoch: int, attempt: Attempt | None, trained: int,
-              evaluated: int, started: float, ended: float, line: int) -> None:
-        """The epoch's FLOP rate against its slot's peak."""
+        # The epoch's FLOP rate against its slot's peak, asked once per device count (this runs per epoch).
         if self.flops_for is None or self.slot_peak is None:
             return
         f = self.flops_for(trial)
         if f is None:
             return
-        peak = self.slot_peak(attempt.devices if attempt is not None else 1)
+        devices = attempt.devices if attempt is not None else 1
+        peaks = self._slot_peaks
+        peak = peaks[devices] if devices in peaks else peaks.setdefault(devices, self.slot_peak(devices))
         if not peak:
             return
-        work = f[0] * trained + f[1] * evaluated
+        self._rate(trial, epoch, f[0] * trained + f[1] * evaluated, started, ended, peak, line)
+
+    def _rate(self, trial: str, epoch: int, work: float, started: float, ended: float, peak: float,
+              line: int) -> None:
+        """The epoch's FLOP rate against its slot's peak."""
         seconds = ended - started
         rate = work / seconds if seconds > 0 else (math.inf if work > 0 else 0.0)
         ratio = rate / peak

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .audit import Findings
-from .replay import Attempt, Replay, TrialState
+from .replay import Replay, TrialState
 
 WEIGHTS = "weights.safetensors"
 """A trial's final weights, in its directory (trials/<id>/): never in a bundle; uploaded when challenged."""
@@ -40,10 +40,6 @@ class RetentionAudit:
         self.waiting: list[TrialState] = []  # finished with weights, no receipt logged since
         self.beacon_of: dict[str, str] = {}
         replay.listen(self)
-
-    def on_epoch(self, ev: Mapping[str, Any], trial: TrialState, attempt: Attempt | None, counted: bool,
-                 line: int) -> None:
-        return None
 
     def on_event(self, ev: Mapping[str, Any], line: int) -> None:
         kind = ev["type"]

@@ -234,8 +234,12 @@ class ScoreAccumulator:
             work = f[0] * V1_TRAIN_IMAGES + f[1] * V1_EVAL_IMAGES
         else:
             work = f[0] * ev["images_trained"] + f[1] * ev["images_evaluated"]
-        self.table.append(float(ev["ended_at"]), float(work), float(ev["val_accuracy"]))
-        self.work += float(work)
+        work = float(work)
+        table = self.table
+        table.ended_at.append(ev["ended_at"])  # array("d") takes ints and floats as float() does
+        table.work.append(work)
+        table.accuracy.append(ev["val_accuracy"])
+        self.work += work
 
     @property
     def trials_with_epochs(self) -> int:

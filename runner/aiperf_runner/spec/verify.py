@@ -164,9 +164,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     chain_error: str | None = None
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
-        for event in run_dir.events():
-            current_line = event.line
-            data = event.data
+        for current_line, data, _raw in run_dir.events():
             if data["type"] == "epoch_end" and valid_epoch(data):  # ~95% of a log: the short path
                 epoch(data, current_line)
             else:

@@ -114,12 +114,17 @@ class WitnessAudit:
 
     def on_epoch(self, ev: Mapping[str, Any], trial: TrialState, attempt: Attempt | None, counted: bool,
                  line: int) -> None:
-        self._next_line(ev)
-        self.last_epoch_seq = max(self.last_epoch_seq, int(ev["seq"]))
+        if self._pending is not None or ev.get("seq") == 1:  # what _next_line acts on (the hot path skips the call)
+            self._next_line(ev)
+        seq = int(ev["seq"])
+        if seq > self.last_epoch_seq:
+            self.last_epoch_seq = seq
         end = float(ev["ended_at"])
-        self.last_epoch_end = end if self.last_epoch_end is None else max(end, self.last_epoch_end)
-        late_copy = attempt is None and (trial.trial, ev["attempt"]) in self.replay._orphaned
-        if self._last_heartbeat is not None and not late_copy:
+        last_end = self.last_epoch_end
+        if last_end is None or not last_end > end:  # max(end, last_end), comparisons only
+            self.last_epoch_end = end
+        if self._last_heartbeat is not None and not (
+                attempt is None and (trial.trial, ev["attempt"]) in self.replay._orphaned):
             # An attempt a controller crash cut short has its last epochs copied in on --resume: exempt.
             current = self._window_min_end.get(self._last_heartbeat)
             self._window_min_end[self._last_heartbeat] = end if current is None else min(current, end)
