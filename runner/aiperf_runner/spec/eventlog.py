@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -84,7 +84,7 @@ def _lines(fh: IO[bytes], tail: list[bytes]) -> Iterator[list[bytes]]:
     tail.append(b"".join(pending))
 
 
-def _line_error(number: int, data: Any, prev: str) -> LogError:
+def line_error(number: int, data: Any, prev: str) -> LogError:
     """Why a parsed line breaks the log (the checks in order; the first failing one is reported)."""
     if not isinstance(data, dict):
         return LogError(number, "not a JSON object")
@@ -111,7 +111,27 @@ def _checked(number: int, body: bytes, prev: str) -> dict[str, Any]:
     if (isinstance(data, dict) and all(k in data for k in RESERVED) and data["seq"] == number - 1
             and data["prev"] == prev and isinstance(data["t"], (int, float))):
         return data
-    raise _line_error(number, data, prev)
+    raise line_error(number, data, prev)
+
+
+def check_lines(lines: list[bytes], number: int, prev: str) -> Generator[Event, None, tuple[int, str]]:
+    """Check and yield lines (without newlines) following line `number` whose digest is `prev`;
+    return the last line's (number, digest). LogError at the first bad line."""
+    decode, sha256, dict_ = _decode, hashlib.sha256, dict
+    for body in lines:
+        number += 1
+        # The hot path: a well-formed line as the writer writes it; anything else is parsed and
+        # checked again on the slow path, which raises the exact error.
+        try:
+            data = decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            data = _checked(number, body, prev)
+        if (type(data) is not dict_ or data.get("seq") != number - 1 or data.get("prev") != prev
+                or "type" not in data or type(data.get("t")) is not float):
+            data = _checked(number, body, prev)
+        prev = sha256(body).hexdigest()
+        yield Event(number, data, body)
+    return number, prev
 
 
 def iter_events(path: str | Path, *, allow_partial_tail: bool = False) -> Iterator[Event]:
@@ -120,28 +140,19 @@ def iter_events(path: str | Path, *, allow_partial_tail: bool = False) -> Iterat
     A last line without a newline is a write cut short by a crash: an error unless
     `allow_partial_tail`, in which case it is silently dropped (the writer does the same).
     The file is read in blocks of `BLOCK` bytes; memory stays bounded by a block.
+    (spec/logchunks.py reads a large log the same way in parallel processes.)
     """
-    prev = GENESIS
-    number = 0
-    decode, sha256, dict_ = _decode, hashlib.sha256, dict
+    number, prev = 0, GENESIS
     tail: list[bytes] = []
     with open(path, "rb") as fh:
         for lines in _lines(fh, tail):
-            for body in lines:
-                number += 1
-                # The hot path: a well-formed line as the writer writes it; anything else is parsed
-                # and checked again on the slow path, which raises the exact error.
-                try:
-                    data = decode(body)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    data = _checked(number, body, prev)
-                if (type(data) is not dict_ or data.get("seq") != number - 1 or data.get("prev") != prev
-                        or "type" not in data or type(data.get("t")) is not float):
-                    data = _checked(number, body, prev)
-                prev = sha256(body).hexdigest()
-                yield Event(number, data, body)
+            number, prev = yield from check_lines(lines, number, prev)
     if tail[0] and not allow_partial_tail:
-        raise LogError(number + 1, "truncated line (no newline): the write was cut short")
+        raise truncated(number + 1)
+
+
+def truncated(number: int) -> LogError:
+    return LogError(number, "truncated line (no newline): the write was cut short")
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:

@@ -138,6 +138,15 @@ class RunDir:
             raise RunIOError(f"{EVENTS} missing in {self.path}")
         return iter_events(self.events_path, allow_partial_tail=allow_partial_tail)
 
+    def records(self, workers: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line, event) of the main log, checked as `events()` checks them; a large log is read in
+        `workers` processes (spec/logchunks.py)."""
+        from .logchunks import iter_records
+
+        if not self.events_path.is_file():
+            raise RunIOError(f"{EVENTS} missing in {self.path}")
+        return iter_records(self.events_path, workers)
+
     # ---- trials ------------------------------------------------------------------------------
     def trial_dir(self, trial: str) -> Path:
         if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):

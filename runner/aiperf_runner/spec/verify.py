@@ -46,8 +46,9 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
     `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
-    `workers`: processes for analysing the trial graphs (default: one per CPU; 1 = none). Runs with
-    few distinct architectures, and callers that cannot start processes, analyse them in-process.
+    `workers`: processes for analysing the trial graphs and reading a large log in chunks (default:
+    one per CPU; 1 = none). Runs with few distinct architectures, logs under 64 MiB, and callers that
+    cannot start processes, do this work in-process.
     `system`: the service's registration of the run's system (spec/hardware.py); without it the
     run's own hardware facts stand in and `system.registered` fails.
     `witness_keys`: {fingerprint: raw public key} of the service's witness keys (current and retired);
@@ -164,7 +165,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     chain_error: str | None = None
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
-        for current_line, data, _raw in run_dir.events():
+        for current_line, data in run_dir.records(workers):
             if data["type"] == "epoch_end" and valid_epoch(data):  # ~95% of a log: the short path
                 epoch(data, current_line)
             else:
