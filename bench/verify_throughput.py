@@ -46,6 +46,8 @@ from aiperf_runner.spec.verify import verify  # noqa: E402
 from devdata.runfactory import make_run  # noqa: E402
 
 TARGET = 1.0
+SERVICE_CHECKS = ("system.registered", "witness.")
+"""Checks a synthetic run fails for want of the service's records, not for anything in its log."""
 
 
 def resnet_sized(k: int, image_size: int = 224, classes: int = 1000) -> Graph:
@@ -179,7 +181,9 @@ def main() -> int:
             verify_runs.append(measure("verify", run_dir, args.workers))
         peer_s, peer_wall, peer_rss, lines = min(peer_runs, key=lambda r: r[1])
         verify_s, verify_wall, verify_rss, result = min(verify_runs, key=lambda r: r[1])
-        assert result["integrity_ok"] and not result["failed"], result
+        # What only the service can pass (a registered system, a witness's records) may fail here.
+        failed = [name for name in result["failed"] if not name.startswith(SERVICE_CHECKS)]
+        assert result["integrity_ok"] and not failed, result
         assert fr is None or result["epochs"] == fr.epochs
 
         # cost per distinct architecture (parse, validate, hash, FLOPs), measured on fresh files

@@ -8,7 +8,7 @@ fast to read) with the chunk's first `prev` and last line's digest. This process
 boundary links (a chunk's first `prev` must be the digest of the previous chunk's last line) and
 checks each `seq` against the line number, in order; a chunk with anything wrong in it is read
 again here with `eventlog.check_lines`, which raises the exact error. At most `2 x workers`
-chunks are in flight, so memory stays bounded whatever the log's size.
+chunks are in flight (workers: `MAX_WORKERS` at most), so memory stays bounded whatever the log's size.
 
 Where processes cannot be started (a daemonic worker, limits) or a worker dies, the rest of the
 log is read in this process; a log under `MIN_PARALLEL` bytes is read in this process anyway.
@@ -32,6 +32,9 @@ CHUNK = 8 << 20
 """Bytes per chunk (about 25,000 lines of a typical log)."""
 MIN_PARALLEL = 64 << 20
 """Logs smaller than this are read in this process (starting workers costs more than it saves)."""
+MAX_WORKERS = 4
+"""Readers at most: the fold in this process, not the reading, bounds the speed beyond that; with
+`2 x MAX_WORKERS` chunks in flight, memory stays under about 100 MB besides the fold's."""
 
 Chunk = tuple[Any, Any, bytes, bool]
 """What a worker sends back: (first line's prev, last line's digest, events as msgpack, clean)."""
@@ -73,7 +76,7 @@ def _check_chunk(path: str, start: int, end: int) -> Chunk:
         records.append(data)
     try:
         payload = msgspec.msgpack.encode(records)
-    except (OverflowError, TypeError, msgspec.EncodeError):  # an integer beyond 64 bits: read it here
+    except (OverflowError, TypeError, ValueError, msgspec.EncodeError):  # beyond 64 bits, a lone surrogate
         return None, None, b"", False
     return first_prev, prev, payload, True
 
@@ -137,12 +140,13 @@ def iter_records(path: str | Path, workers: int | None = None, *, allow_partial_
                  chunk: int | None = None, min_parallel: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, event) of every line of the log, checked as `eventlog.iter_events` checks them.
 
-    `workers`: processes reading chunks of `chunk` bytes (default one per CPU, `CHUNK`); with fewer
-    than 2, or a log under `min_parallel` bytes (default `MIN_PARALLEL`), the log is read in this process.
+    `workers`: processes reading chunks of `chunk` bytes (defaults: one per CPU, at most
+    `MAX_WORKERS`; `CHUNK`). With fewer than 2, or a log under `min_parallel` bytes (default
+    `MIN_PARALLEL`), the log is read in this process.
     """
     path = Path(path)
     size = path.stat().st_size
-    workers = workers if workers is not None else (os.cpu_count() or 1)
+    workers = min(workers if workers is not None else (os.cpu_count() or 1), MAX_WORKERS)
     small = size < (MIN_PARALLEL if min_parallel is None else min_parallel)
     pool = _pool(workers) if workers >= 2 and not small else None
     if pool is None:

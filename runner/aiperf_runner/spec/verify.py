@@ -8,6 +8,7 @@ used), and every check is listed with its threshold, measured value and outcome.
 
 from __future__ import annotations
 
+import gc
 import math
 import tempfile
 from collections.abc import Mapping
@@ -163,6 +164,10 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
     chain_error: str | None = None
+    # The fold allocates an acyclic dict per line and keeps per-trial state: the cyclic collector's
+    # passes over that state find nothing and cost about a tenth of the time on a large log.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
         for current_line, data in run_dir.records(workers):
@@ -174,6 +179,9 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
         chain_error = str(exc)
     except RunIOError as exc:
         chain_error = f"cannot be read: {exc}"
+    finally:
+        if collecting:
+            gc.enable()
     audit.finish()
     series = acc.series()
 
