@@ -140,13 +140,14 @@ def iter_records(path: str | Path, workers: int | None = None, *, allow_partial_
                  chunk: int | None = None, min_parallel: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, event) of every line of the log, checked as `eventlog.iter_events` checks them.
 
-    `workers`: processes reading chunks of `chunk` bytes (defaults: one per CPU, at most
+    `workers`: processes reading chunks of `chunk` bytes (defaults: one per CPU but one, at most
     `MAX_WORKERS`; `CHUNK`). With fewer than 2, or a log under `min_parallel` bytes (default
     `MIN_PARALLEL`), the log is read in this process.
     """
     path = Path(path)
     size = path.stat().st_size
-    workers = min(workers if workers is not None else (os.cpu_count() or 1), MAX_WORKERS)
+    # By default one CPU is left to the fold in this process: readers competing with it gain nothing.
+    workers = min(workers if workers is not None else (os.cpu_count() or 1) - 1, MAX_WORKERS)
     small = size < (MIN_PARALLEL if min_parallel is None else min_parallel)
     pool = _pool(workers) if workers >= 2 and not small else None
     if pool is None:

@@ -48,8 +48,9 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
     `workers`: processes for analysing the trial graphs and reading a large log in chunks (default:
-    one per CPU; 1 = none). Runs with few distinct architectures, logs under 64 MiB, and callers that
-    cannot start processes, do this work in-process.
+    one per CPU for graphs, one per CPU but one and at most 4 for the log; 1 = none). Runs with few
+    distinct architectures, logs under 64 MiB, and callers that cannot start processes, do this
+    work in-process.
     `system`: the service's registration of the run's system (spec/hardware.py); without it the
     run's own hardware facts stand in and `system.registered` fails.
     `witness_keys`: {fingerprint: raw public key} of the service's witness keys (current and retired);
