@@ -230,6 +230,7 @@ REST_FRAMEWORK = {
     ],
     # Writes are throttled per site token (leaderboard/limits.py); the rate is AIPERF_WRITE_RATE.
     "DEFAULT_THROTTLE_CLASSES": ["leaderboard.limits.SiteWriteThrottle"],
+    "EXCEPTION_HANDLER": "leaderboard.api.exceptions.handler",
     "DEFAULT_PAGINATION_CLASS": "leaderboard.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

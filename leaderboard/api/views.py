@@ -200,8 +200,9 @@ class WitnessView(APIView):
     """The service's witness keys: the current one first; retired ones still verify what they signed."""
 
     @extend_schema(responses=inline_serializer("Witness", {
-        "fingerprint": serializers.CharField(help_text="the current witness key"),
-        "public_key": serializers.CharField(), "keys": s.WitnessKeySerializer(many=True)}))
+        "fingerprint": serializers.CharField(help_text="the current witness key (null: none made yet)",
+                                             allow_null=True),
+        "public_key": serializers.CharField(allow_null=True), "keys": s.WitnessKeySerializer(many=True)}))
     def get(self, request):
         rows = list(WitnessKey.objects.all())
         current = next((k for k in rows if k.retired_at is None), None)
