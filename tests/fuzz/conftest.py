@@ -1,0 +1,65 @@
+"""Property-based fuzzing of the readers of outside input (hypothesis): shared settings and the count
+of cases each test ran, printed at the end of the session and written to test-artifacts/.
+
+Every test here is bounded: `FUZZ` caps the examples (AIPERF_FUZZ_EXAMPLES scales them, default 1.0)
+and `bounded` the time bound per input (a SIGALRM that interrupts a hang). The whole folder takes about 40 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+
+from tests.helpers import REPO
+
+SCALE = float(os.environ.get("AIPERF_FUZZ_EXAMPLES_SCALE", "1.0"))
+# The time one input may take a reader: far above what any of them needs (milliseconds), far below a hang.
+TIME_BOUND = timedelta(seconds=5)
+CASES: Counter[str] = Counter()
+
+
+def fuzz(examples: int) -> settings:
+    """Hypothesis settings of one fuzz test: `examples` cases (scaled), the time bound, no example database."""
+    return settings(max_examples=max(1, int(examples * SCALE)), deadline=None, database=None,
+                    derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                             HealthCheck.function_scoped_fixture])
+
+
+@contextmanager
+def bounded(what: str, seconds: float = TIME_BOUND.total_seconds()) -> Iterator[None]:
+    """Fail when a reader takes longer than `seconds` on one input (hypothesis's deadline only measures a
+    call that returns; this one interrupts a hang). SIGALRM: the tests run in the main thread."""
+    def expired(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"{what} took more than {seconds} s on one input (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def count(name: str) -> None:
+    CASES[name] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not CASES:
+        return
+    lines = [f"{name}: {n} cases" for name, n in sorted(CASES.items())]
+    lines.append(f"total: {sum(CASES.values())} cases")
+    terminalreporter.write_sep("-", "hypothesis fuzzing of the readers")
+    for line in lines:
+        terminalreporter.write_line(line)
+    out = REPO / "test-artifacts"
+    out.mkdir(exist_ok=True)
+    (out / "hypothesis-cases.txt").write_text("\n".join(lines) + "\n")
