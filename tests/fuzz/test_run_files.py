@@ -69,7 +69,7 @@ def test_graph_files(data):
                 info = runio.RunDir(run).arch("t0000", (rules, 3))
                 assert (info.arch_hash is None) == (info.error is not None), info
         if data[:1] == b"{":
-            count("graph.json: verified")
+            count("graph.json: verified", detail=True)
             with bounded("verify"):
                 rundir.verified(run)
 
