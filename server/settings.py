@@ -98,6 +98,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Waiting on a lock beats "database is locked" when the dev server and a task write at once.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("timeout", 30)
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+# `manage.py aiperf_rebuild --check` runs a child whose default database is a scratch one and whose
+# `source` is the service's (leaderboard/rebuild.py); nothing else sets this.
+if env.str("AIPERF_REBUILD_SOURCE_URL", default=""):
+    DATABASES["source"] = env.db("AIPERF_REBUILD_SOURCE_URL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

@@ -27,7 +27,7 @@ from aiperf_runner.spec import witness as spec_witness
 
 from devdata.runfactory import make_run
 from tests.helpers import REPO
-from tests.service.stack import BIN, Stack, require_services
+from tests.service.stack import BIN, Stack, witnessed_stack
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -41,19 +41,10 @@ TABLES = [f"leaderboard_{m}" for m in ("site", "sitekey", "system", "accelerator
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    require_services()
-    work = tmp_path_factory.mktemp("fuzz")
-    s = Stack(work)
     # The fuzzer's writes must reach the views, not the limits (those have tests of their own).
-    s.env.update({"AIPERF_WITNESS_KEY_FILE": str(work / "witness_key.pem"), "AIPERF_WRITE_RATE": "100000/min",
-                  "AIPERF_UPLOADS_PER_DAY": "100000", "AIPERF_UPLOAD_CONCURRENCY": "8"})
-    try:
-        s.start()
-        s.manage("aiperf_witness_key", "create")
-        s.start_worker("worker")
+    with witnessed_stack(tmp_path_factory.mktemp("fuzz"), AIPERF_WRITE_RATE="100000/min",
+                         AIPERF_UPLOADS_PER_DAY="100000", AIPERF_UPLOAD_CONCURRENCY="8") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def post(stack: Stack, path: str, token: str, **kwargs) -> httpx.Response:
