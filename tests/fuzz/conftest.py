@@ -1,14 +1,16 @@
 """Property-based fuzzing of the readers of outside input (hypothesis): shared settings and the count
 of cases each test ran, printed at the end of the session and written to test-artifacts/.
 
-Every test here is bounded: `FUZZ` caps the examples (AIPERF_FUZZ_EXAMPLES scales them, default 1.0)
-and `bounded` the time bound per input (a SIGALRM that interrupts a hang). The whole folder takes about 40 s.
+Every test here is bounded: `fuzz(n)` caps the examples (AIPERF_FUZZ_EXAMPLES_SCALE scales them, default 1.0)
+and `bounded` the time bound per input (a SIGALRM that interrupts a hang) and its memory bound
+(tracemalloc's peak of the Python allocations; torch's own tensors are not counted). The whole folder takes about 40 s.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +24,8 @@ from tests.helpers import REPO
 SCALE = float(os.environ.get("AIPERF_FUZZ_EXAMPLES_SCALE", "1.0"))
 # The time one input may take a reader: far above what any of them needs (milliseconds), far below a hang.
 TIME_BOUND = timedelta(seconds=5)
+# The memory one input may make a reader hold (Python allocations): the inputs are at most a few KiB.
+MEMORY_BOUND = 64 << 20
 CASES: Counter[str] = Counter()
 DETAILS: set[str] = set()
 
@@ -34,17 +38,22 @@ def fuzz(examples: int) -> settings:
 
 
 @contextmanager
-def bounded(what: str, seconds: float = TIME_BOUND.total_seconds()) -> Iterator[None]:
+def bounded(what: str, seconds: float = TIME_BOUND.total_seconds(), memory: int = MEMORY_BOUND) -> Iterator[None]:
     """Fail when a reader takes longer than `seconds` on one input (hypothesis's deadline only measures a
-    call that returns; this one interrupts a hang). SIGALRM: the tests run in the main thread."""
+    call that returns; this SIGALRM interrupts a hang; the tests run in the main thread), or when the
+    Python objects it allocates at once (tracemalloc's peak) pass `memory` bytes."""
     def expired(signum: int, frame: Any) -> None:
         raise TimeoutError(f"{what} took more than {seconds} s on one input (a hang)")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
+    tracemalloc.start()
     try:
         yield
+        peak = tracemalloc.get_traced_memory()[1]
+        assert peak <= memory, f"{what} held {peak} bytes at once on one input (bound: {memory})"
     finally:
+        tracemalloc.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 

@@ -9,7 +9,7 @@ from aiperf_runner.spec import eventlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import count, fuzz
+from tests.fuzz.conftest import bounded, count, fuzz
 from tests.fuzz.strategies import JSON, RAW, dumps
 
 
@@ -18,7 +18,8 @@ def read_all(data: bytes) -> list[dict]:
         path = Path(tmp) / "events.jsonl"
         path.write_bytes(data)
         try:
-            return [e.data for e in eventlog.iter_events(path)]
+            with bounded("iter_events"):
+                return [e.data for e in eventlog.iter_events(path)]
         except eventlog.LogError as exc:
             assert exc.line >= 1 and exc.reason
             return []
