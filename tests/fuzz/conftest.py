@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
@@ -45,6 +46,8 @@ def bounded(what: str, seconds: float = TIME_BOUND.total_seconds(), memory: int 
     def expired(signum: int, frame: Any) -> None:
         raise TimeoutError(f"{what} took more than {seconds} s on one input (a hang)")
 
+    # pytest-timeout's own SIGALRM timer (pyproject.toml `timeout`) is put back afterwards, less the time spent.
+    outer, started = signal.getitimer(signal.ITIMER_REAL)[0], time.monotonic()
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     tracemalloc.start()
@@ -56,6 +59,8 @@ def bounded(what: str, seconds: float = TIME_BOUND.total_seconds(), memory: int 
         tracemalloc.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
 
 
 def count(name: str, detail: bool = False) -> None:
