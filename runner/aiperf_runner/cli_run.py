@@ -67,6 +67,11 @@ def run(
                                           help="Option passed to the backend (repeatable)."),
     partition: str = typer.Option(None, "--partition", help="slurm: the partition to submit to."),
     account: str = typer.Option(None, "--account", help="slurm: the account to charge."),
+    reservation: str = typer.Option(None, "--reservation", help="slurm: run every job (and count slots) inside this "
+                                                                 "reservation."),
+    qos: str = typer.Option(None, "--qos", help="slurm: the QOS of every job."),
+    constraint: str = typer.Option(None, "--constraint", help="slurm: node features every job needs, e.g. a100 or "
+                                                               "'a100&ib' (slots count only nodes that have them)."),
     nodes_per_slot: int = typer.Option(None, "--nodes-per-slot", min=1,
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
@@ -106,8 +111,9 @@ def run(
             duration_s = parse_duration(duration) if duration else p.default_duration_s
             run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
             options = parse_options(backend_opt, "--backend-opt")
-            named = {"partition": partition, "account": account, "nodes_per_slot": nodes_per_slot,
-                     "gpus_per_node": gpus_per_node, "time_limit": time_limit}
+            named = {"partition": partition, "account": account, "reservation": reservation, "qos": qos,
+                     "constraint": constraint, "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
+                     "time_limit": time_limit}
             options.update({k: v for k, v in named.items() if v is not None})
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,

@@ -11,6 +11,9 @@
 #SBATCH --exclusive
 #SBATCH --partition=gpu
 #SBATCH --account=proj42
+#SBATCH --reservation=hpl-week
+#SBATCH --qos=bench
+#SBATCH --constraint=a100&ib
 #SBATCH --gres=gpu:4
 #SBATCH --time=02:00:00
 

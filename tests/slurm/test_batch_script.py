@@ -48,8 +48,8 @@ def test_one_node_cpu_trial(tmp_path: Path) -> None:
 
 def test_two_node_gpu_trial_with_every_option(tmp_path: Path) -> None:
     slot = Slot(index=1, nodes=("gpu1", "gpu2"), devices_per_node=4, device_type="cuda")
-    text = script_for(tmp_path, slot, partition="gpu", account="proj42", nodes_per_slot=2, gpus_per_node=4,
-                      time_limit="02:00:00")
+    text = script_for(tmp_path, slot, partition="gpu", account="proj42", reservation="hpl-week", qos="bench",
+                      constraint="a100&ib", nodes_per_slot=2, gpus_per_node=4, time_limit="02:00:00")
     check_golden("slurm_batch_two_node_gpu.sh", text)
     assert str(tmp_path) not in text and sys.executable not in text
 

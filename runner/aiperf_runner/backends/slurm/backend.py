@@ -8,7 +8,6 @@ file the script's EXIT trap writes first, SLURM's state (commands.py) for why it
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -26,12 +25,12 @@ from .commands import (
     FAILURE_REASONS,
     SlurmError,
     describe_state,
-    parse_sinfo_nodes,
     parse_squeue,
     run_slurm,
     scancel,
     slurm_env,
 )
+from .placement import Placement, run_probe, usable_nodes
 from .script import job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
@@ -183,8 +182,12 @@ class SlurmBackend(Backend):
         self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
         self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
         self.probe = bool(options.get("probe", True))
+        self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
         extra = options.get("extra_sbatch_args") or ()
         self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
+        self.placement = Placement(partition=self.partition, account=self.account,
+                                   reservation=options.get("reservation") or None, qos=options.get("qos") or None,
+                                   constraint=options.get("constraint") or None, extra=self.extra_sbatch_args)
         if self.gpus_per_node < 0:
             raise ValueError("gpus_per_node must be 0 or more")
         self._nodes: list[dict[str, Any]] | None = None
@@ -195,25 +198,14 @@ class SlurmBackend(Backend):
         self._cache: dict[str, dict[str, str]] = {}
         self._cache_at = 0.0
         self._probe_facts: dict[str, Any] | None = None
-        self._probe_error = ""
+        self._placement_notes: dict[str, Any] = {}
 
     # ---- the partition ----
     def partition_nodes(self) -> list[dict[str, Any]]:
-        """Nodes of the partition (sinfo), each with `usable` (up and able to take this run's jobs)."""
+        """Nodes of the partition (sinfo), each with `usable` (up, inside the reservation, with the
+        features and GPUs asked for: able to take this run's jobs); see placement.py."""
         if self._nodes is None:
-            partition = self.partition
-            if partition is None:
-                names = run_slurm(["sinfo", "-h", "-o", "%P"], tries=3).split()
-                defaults = [p.rstrip("*") for p in names if p.endswith("*")]
-                if not defaults:
-                    raise SlurmError("the cluster has no default partition: pass --partition")
-                partition = defaults[0]
-            text = run_slurm(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%c|%m|%G"], tries=3)
-            nodes = parse_sinfo_nodes(text)
-            for node in nodes:
-                if node["gpus"] < self.gpus_per_node:
-                    node["usable"] = False
-            self._partition_name, self._nodes = partition, nodes
+            self._partition_name, self._nodes, self._placement_notes = usable_nodes(self.placement, self.gpus_per_node)
         return self._nodes
 
     def slots(self) -> list[Slot]:
@@ -223,7 +215,10 @@ class SlurmBackend(Backend):
             if self.max_slots:
                 count = min(count, self.max_slots) if self.exclusive else self.max_slots
             if count < 1 or not usable:
-                raise SlurmError(f"partition {self._partition_name!r} has {len(usable)} usable node(s)"
+                where = f" in reservation {self.placement.reservation!r}" if self.placement.reservation else ""
+                if self.placement.constraint:
+                    where += f" with features {self.placement.constraint!r}"
+                raise SlurmError(f"partition {self._partition_name!r} has {len(usable)} usable node(s){where}"
                                  f"{f' with {self.gpus_per_node} GPUs' if self.gpus_per_node else ''}; "
                                  f"a slot needs {self.nodes_per_slot}")
             # Nominal nodes: which node a job lands on is the scheduler's choice (see TrialHandle.nodes).
@@ -264,6 +259,7 @@ class SlurmBackend(Backend):
             stderr=job_path(spec.stderr, self.run_dir), files_prefix=job_path(prefix, self.run_dir),
             nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
             gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
+            reservation=self.placement.reservation, qos=self.placement.qos, constraint=self.placement.constraint,
             time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args)
 
     # ---- launching ----
@@ -435,6 +431,7 @@ class SlurmBackend(Backend):
                 "gres": sorted({n["gres"] for n in used if n["gres"]}),
             },
         }
+        facts["slurm"].update({**self.placement.facts(), **self._placement_notes})
         probe = self.probe_node() if self.probe else {}
         if probe:
             facts["cpu_model"] = probe.get("cpu_model") or None
@@ -442,8 +439,6 @@ class SlurmBackend(Backend):
                 if key in probe:
                     facts[key] = probe[key]
             facts["slurm"]["probe"] = "ok"
-        elif self.probe:
-            facts["slurm"]["probe"] = self._probe_error
         if self.gpus_per_node > 0:
             per_node = (probe.get("accelerators") or [])[: self.gpus_per_node] if probe else []
             if per_node:
@@ -452,39 +447,11 @@ class SlurmBackend(Backend):
                              accelerator_count=len(accelerators))
         return facts
 
-    def probe_node(self, timeout: float = 300.0) -> dict[str, Any]:
-        """Run a one-task job on a node of the partition that reports what sysinfo sees there."""
-        if self._probe_facts is not None:
-            return self._probe_facts
-        # torch (slow to import) only where it finds something the controller's machine may lack: GPUs.
-        facts = "s.torch_facts()" if self.gpus_per_node > 0 else "{}"
-        code = (f"import json; from aiperf_runner import sysinfo as s; f = {facts}; "
-                "f['cpu_model'] = s.cpu_model(); print('AIPERF_PROBE ' + json.dumps(f))")
-        name = f"{JOB_PREFIX}.{self.tag}.probe"
-        argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet"]
-        if self.partition:
-            argv.append(f"--partition={self.partition}")
-        if self.account:
-            argv.append(f"--account={self.account}")
-        if self.gpus_per_node > 0:
-            argv.append(f"--gres=gpu:{self.gpus_per_node}")
-        if self.exclusive:
-            argv.append("--exclusive")
-        argv += ["--time=5", sys.executable, "-c", code]
-        self._probe_facts = {}
-        try:
-            out = run_slurm(argv, timeout=timeout)
-        except SlurmError as exc:
-            self._probe_error = f"failed: {str(exc)[:200]}"
-            with contextlib.suppress(SlurmError):  # a probe still waiting in the queue
-                run_slurm(["scancel", "-u", str(os.getuid()), f"--name={name}"])
-            return self._probe_facts
-        for line in out.splitlines():
-            if line.startswith("AIPERF_PROBE "):
-                try:
-                    self._probe_facts = json.loads(line.split(" ", 1)[1])
-                except ValueError:
-                    pass
-        if not self._probe_facts:
-            self._probe_error = "failed: no answer from the probe job"
+    def probe_node(self) -> dict[str, Any]:
+        """What a one-task job where the run's jobs go finds there (placement.run_probe). A probe
+        that fails raises SlurmError: the run stops before it starts, with the reason, rather than
+        describe the controller's machine and fail its plausibility checks hours later."""
+        if self._probe_facts is None:
+            self._probe_facts = run_probe(self.placement, f"{JOB_PREFIX}.{self.tag}.probe", self.gpus_per_node,
+                                          self.exclusive, sys.executable, self.probe_timeout_s)
         return self._probe_facts

@@ -51,7 +51,8 @@ def _drop_option(args: list[str], option: str) -> list[str]:
 
 def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: list[str], stdout: str, stderr: str,
                         files_prefix: str, nodes: int = 1, devices_per_node: int = 1, gpus_per_node: int = 0,
-                        partition: str | None = None, account: str | None = None, time_limit: str | None = None,
+                        partition: str | None = None, account: str | None = None, reservation: str | None = None,
+                        qos: str | None = None, constraint: str | None = None, time_limit: str | None = None,
                         exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
                         python: str = sys.executable) -> str:
     """The batch script of one attempt. Paths are as given (the backend passes them relative to the
@@ -77,8 +78,9 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         lines.append("#SBATCH --exclusive")
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
-    if account:
-        lines.append(f"#SBATCH --account={account}")
+    for key, value in (("account", account), ("reservation", reservation), ("qos", qos), ("constraint", constraint)):
+        if value:
+            lines.append(f"#SBATCH --{key}={value}")
     if gpus_per_node > 0:
         lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
     if time_limit:
