@@ -72,6 +72,11 @@ def run(
     qos: str = typer.Option(None, "--qos", help="slurm: the QOS of every job."),
     constraint: str = typer.Option(None, "--constraint", help="slurm: node features every job needs, e.g. a100 or "
                                                                "'a100&ib' (slots count only nodes that have them)."),
+    prologue: Path = typer.Option(None, "--prologue", metavar="FILE",
+                                  help="slurm: shell snippet sourced on each trial's nodes before it starts "
+                                       "(modules, staging, NCCL variables); kept in the run directory."),
+    wrap: str = typer.Option(None, "--wrap", metavar="'CMD PREFIX'",
+                             help="slurm: command prefix of the trial processes, e.g. 'apptainer exec --nv IMAGE'."),
     nodes_per_slot: int = typer.Option(None, "--nodes-per-slot", min=1,
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
@@ -112,7 +117,8 @@ def run(
             run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
             options = parse_options(backend_opt, "--backend-opt")
             named = {"partition": partition, "account": account, "reservation": reservation, "qos": qos,
-                     "constraint": constraint, "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
+                     "constraint": constraint, "prologue": str(prologue) if prologue else None, "wrap": wrap,
+                     "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
                      "time_limit": time_limit}
             options.update({k: v for k, v in named.items() if v is not None})
             config = RunConfig(preset=preset, slots=slots,

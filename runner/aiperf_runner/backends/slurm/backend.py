@@ -30,6 +30,7 @@ from .commands import (
     scancel,
     slurm_env,
 )
+from .launcher import Launcher
 from .placement import Placement, run_probe, usable_nodes
 from .script import job_argv, job_path, render_batch_script
 
@@ -185,6 +186,7 @@ class SlurmBackend(Backend):
         self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
         extra = options.get("extra_sbatch_args") or ()
         self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
+        self.launcher = Launcher.from_options(self.run_dir, options)
         self.placement = Placement(partition=self.partition, account=self.account,
                                    reservation=options.get("reservation") or None, qos=options.get("qos") or None,
                                    constraint=options.get("constraint") or None, extra=self.extra_sbatch_args)
@@ -260,7 +262,8 @@ class SlurmBackend(Backend):
             nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
             gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
             reservation=self.placement.reservation, qos=self.placement.qos, constraint=self.placement.constraint,
-            time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args)
+            time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args,
+            prologue=self.launcher.prologue, wrap=self.launcher.wrap)
 
     # ---- launching ----
     def launch(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
@@ -272,7 +275,7 @@ class SlurmBackend(Backend):
             prefix.with_name(prefix.name + suffix).unlink(missing_ok=True)
         script = prefix.with_name(prefix.name + ".sh")
         script.write_text(self.batch_script(spec, slot))
-        env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable})
+        env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable, **self.launcher.env()})
         run_dir = Path(os.path.abspath(self.run_dir))
         # sbatch runs in the run directory: the script's path relative to it (a relative --out
         # would otherwise name the script twice over).
@@ -431,7 +434,7 @@ class SlurmBackend(Backend):
                 "gres": sorted({n["gres"] for n in used if n["gres"]}),
             },
         }
-        facts["slurm"].update({**self.placement.facts(), **self._placement_notes})
+        facts["slurm"].update({**self.placement.facts(), **self._placement_notes, "launcher": self.launcher.facts()})
         probe = self.probe_node() if self.probe else {}
         if probe:
             facts["cpu_model"] = probe.get("cpu_model") or None
