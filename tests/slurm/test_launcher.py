@@ -12,7 +12,7 @@ from pathlib import Path
 from aiperf_runner.backends.slurm import SlurmBackend
 
 from tests.backends.test_conformance import spec_for, wait_done
-from tests.slurm.cluster import finish, read_events, start_run, verify_ok
+from tests.slurm.cluster import read_events, run_to_end, verify_ok
 
 PROLOGUE = """\
 # A site prologue: proves it ran on this node for this attempt, and exports a variable for the trial.
@@ -40,15 +40,13 @@ def launcher_files(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path) -> None:
     markers, prologue, wrapper = launcher_files(tmp_path)
     run_dir = tmp_path / "run"
-    proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", "12s", "--slots", "2",
-                     "--backend-opt", "exclusive=false", "--prologue", str(prologue), "--wrap", f"{wrapper} --nv",
-                     "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1", MARKERS=str(markers))
-    try:
-        finish(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    started = [e for e in read_events(run_dir) if e["type"] == "trial_started"]
+    run_to_end(one_node, run_dir, "--preset", "smoke", "--duration", "12s", "--slots", "2",
+               "--backend-opt", "exclusive=false", "--prologue", str(prologue), "--wrap", f"{wrapper} --nv",
+               "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1", MARKERS=str(markers))
+    events = read_events(run_dir)
+    # The attempts that ran to their end (one cancelled at the end of the run may not have started).
+    ended = {(e["trial"], e["attempt"]) for e in events if e["type"] in ("trial_finished", "trial_failed")}
+    started = [e for e in events if e["type"] == "trial_started" and (e["trial"], e["attempt"]) in ended]
     assert len(started) >= 2
     for e in started:
         node = e["nodes"][0]

@@ -16,10 +16,10 @@ from aiperf_runner.backends.slurm import SlurmBackend, SlurmError
 
 from tests.slurm.cluster import (
     TWO_NODE_CONF,
-    finish,
     node_states,
     read_events,
     run_tag,
+    run_to_end,
     slurm,
     start_run,
     verify_ok,
@@ -54,13 +54,8 @@ def test_a_run_inside_a_reservation(two_node: Path, reservation: str, tmp_path: 
     assert [s.nodes for s in inside.slots()] == [("n2",)]
     run_dir = tmp_path / "run"
     probe_name = f"aiperf.{SlurmBackend(run_dir).tag}.probe"  # the probe runs before run.json names the run
-    proc = start_run(two_node, run_dir, "--preset", "smoke", "--duration", "12s", "--reservation", reservation,
-                     "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1")
-    try:
-        finish(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    run_to_end(two_node, run_dir, "--preset", "smoke", "--duration", "12s", "--reservation", reservation,
+               "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1")
     events = read_events(run_dir)
     assert events[0]["type"] == "run_started" and events[0]["slots"] == 1
     started = [e for e in events if e["type"] == "trial_started"]

@@ -8,6 +8,7 @@ file the script's EXIT trap writes first, SLURM's state (commands.py) for why it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,7 +37,9 @@ from .script import job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
 CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
-QUERY_TTL_S = 1.0  # one squeue call answers the polls of every attempt for this long
+# One squeue call, for every job of the run, answers all polls for this long (option `squeue_interval_s`).
+# A trial's end is seen sooner through its exit file; squeue only says why a job ended without one.
+SQUEUE_INTERVAL_S = 5.0
 EXIT_FILE_GRACE_S = 30.0  # a shared filesystem may show the exit file a little after the job ends
 
 
@@ -180,6 +183,7 @@ class SlurmBackend(Backend):
         else:
             self.devices_per_node = max(1, self.devices_per_slot // self.nodes_per_slot)
         self.start_wait_s = float(options.get("start_wait_s", 10.0))
+        self.squeue_interval_s = float(options.get("squeue_interval_s", SQUEUE_INTERVAL_S))
         self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
         self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
         self.probe = bool(options.get("probe", True))
@@ -291,38 +295,45 @@ class SlurmBackend(Backend):
         return handle
 
     def _wait_started(self, handle: SlurmHandle) -> None:
-        """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones.
-        Not when jobs of this run already wait in the queue: then the cluster is busy."""
+        """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones:
+        watch for the nodes file the job writes when it starts (no squeue call of its own). Not when
+        jobs of this run already wait in the queue: then the cluster is busy."""
         if self.start_wait_s <= 0:
             return
-        others_pending = any(h is not handle and (self.job_info(j) or {}).get("state") == "PENDING"
+        others_pending = any(h is not handle and (self._cache.get(j) or {}).get("state") == "PENDING"
                              for j, h in self._live.items())
         if others_pending:
             return
+        nodes_file = handle.prefix.with_name(handle.prefix.name + ".nodes")
         deadline = time.monotonic() + self.start_wait_s
         while time.monotonic() < deadline:
-            info = self.job_info(handle.job_id, fresh=True)
-            if info is None or info["state"] != "PENDING":
-                return
+            with contextlib.suppress(OSError):
+                if nodes_file.stat().st_size > 0:
+                    return
+            info = self.job_info(handle.job_id)  # squeue at most once per squeue_interval_s
+            if info is not None and info["state"] not in ("PENDING", "CONFIGURING"):
+                return  # running (the file is on its way) or already over
             time.sleep(0.2)
 
     # ---- the queue ----
     def job_info(self, job_id: str, fresh: bool = False) -> dict[str, str] | None:
         """{state, reason, nodes, name} of a job of this backend, from one squeue call for all of them
-        (cached for QUERY_TTL_S); state "" when squeue no longer knows it; None when squeue fails."""
+        made at most once per `squeue_interval_s` (or now, with `fresh`); state "" when squeue no
+        longer knows it; None when squeue fails, or has not been asked since the job was submitted."""
         now = time.monotonic()
-        if fresh or now - self._cache_at > QUERY_TTL_S or job_id not in self._cache:
+        if fresh or now - self._cache_at >= self.squeue_interval_s:
             ids = sorted(set(self._live) | {job_id}, key=int)
             try:
                 text = run_slurm(["squeue", "-h", "--states=all", "-o", "%i|%T|%r|%N|%j", "-j", ",".join(ids)])
             except SlurmError as exc:
                 if "Invalid job id" not in str(exc):
+                    self._cache_at = now  # a failing squeue is not asked again at once either
                     return None
                 text = ""  # every one of them has left squeue's memory
             known = parse_squeue(text)
             self._cache = {i: known.get(i, {"state": "", "reason": "", "nodes": "", "name": ""}) for i in ids}
             self._cache_at = now
-        return self._cache[job_id]
+        return self._cache.get(job_id)
 
     def final_state(self, job_id: str, trial_id: str) -> dict[str, str] | None:
         """The end state of a job squeue has forgotten: sacct when accounting is on, else the job
