@@ -50,7 +50,9 @@ def run(
     duration: str = typer.Option(None, "--duration", help="Run length, e.g. 5m, 1h (default: the preset's). "
                                                           "Counted from the run's start, also across --resume."),
     out: Path = typer.Option(None, "--out", help="Run directory to create (default runs/<preset>-<time>)."),
-    backend: str = typer.Option("local", "--backend", help="Where trials run: local, slurm, or an installed plugin."),
+    backend: str = typer.Option("local", "--backend", help="Where trials run: local, slurm (a job per trial), "
+                                                           "slurm-steps (inside one allocation: a job step per "
+                                                           "trial), or an installed plugin."),
     devices_per_slot: int = typer.Option(1, "--devices-per-slot", min=1,
                                          help="Devices (DDP processes) per slot: GPUs with CUDA, processes on CPU."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, tf32, bf16 or fp16 (autocast)."),

@@ -30,7 +30,8 @@ nodes and `slots` says how many run at once), `start_wait_s`, `probe`, `probe_ti
 
 The package: commands.py (running sbatch/squeue/scancel/sinfo/sacct and reading what they print, job
 states), placement.py (partition, reservation, QOS, constraint: usable nodes and the probe), launcher.py
-(prologue and wrapper), script.py (the batch script), backend.py (`SlurmBackend` and `SlurmHandle`). The entry
+(prologue and wrapper), steps.py (the `slurm-steps` backend: trials as job steps of the allocation
+the controller runs in), script.py (the batch script), backend.py (`SlurmBackend` and `SlurmHandle`). The entry
 point `aiperf_runner.backends.slurm:SlurmBackend` and the names below are importable from here.
 """
 

@@ -30,9 +30,10 @@ from .commands import (
     run_slurm,
     scancel,
     slurm_env,
+    slurm_version,
 )
 from .launcher import Launcher
-from .placement import Placement, run_probe, usable_nodes
+from .placement import Placement, apply_probe, run_probe, usable_nodes
 from .script import job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
@@ -423,16 +424,12 @@ class SlurmBackend(Backend):
         usable = [n for n in nodes if n["usable"]]
         slots = self.slots()
         used = usable[: min(len(usable), len(slots) * self.nodes_per_slot)]
-        try:
-            version = run_slurm(["sinfo", "-V"]).strip()
-        except SlurmError:
-            version = ""
         facts: dict[str, Any] = {
             "nodes": len(used),
             "cpu_cores": sum(n["cpus"] for n in used),
             "memory_bytes": sum(n["memory_mb"] for n in used) * 2**20 or None,
             "slurm": {
-                "version": version or None,
+                "version": slurm_version(),
                 "partition": self._partition_name,
                 "partition_nodes": len(nodes),
                 "usable_nodes": len(usable),
@@ -446,19 +443,7 @@ class SlurmBackend(Backend):
             },
         }
         facts["slurm"].update({**self.placement.facts(), **self._placement_notes, "launcher": self.launcher.facts()})
-        probe = self.probe_node() if self.probe else {}
-        if probe:
-            facts["cpu_model"] = probe.get("cpu_model") or None
-            for key in ("torch", "cuda", "cuda_build"):
-                if key in probe:
-                    facts[key] = probe[key]
-            facts["slurm"]["probe"] = "ok"
-        if self.gpus_per_node > 0:
-            per_node = (probe.get("accelerators") or [])[: self.gpus_per_node] if probe else []
-            if per_node:
-                accelerators = [per_node[i % len(per_node)] for i in range(len(used) * self.gpus_per_node)]
-                facts.update(accelerators=accelerators, accelerator_model=accelerators[0]["model"],
-                             accelerator_count=len(accelerators))
+        apply_probe(facts, self.probe_node() if self.probe else {}, self.gpus_per_node, len(used))
         return facts
 
     def probe_node(self) -> dict[str, Any]:
@@ -466,6 +451,7 @@ class SlurmBackend(Backend):
         that fails raises SlurmError: the run stops before it starts, with the reason, rather than
         describe the controller's machine and fail its plausibility checks hours later."""
         if self._probe_facts is None:
-            self._probe_facts = run_probe(self.placement, f"{JOB_PREFIX}.{self.tag}.probe", self.gpus_per_node,
-                                          self.exclusive, sys.executable, self.probe_timeout_s)
+            args = self.placement.args() + (["--exclusive"] if self.exclusive else [])
+            self._probe_facts = run_probe(args, f"{JOB_PREFIX}.{self.tag}.probe", self.gpus_per_node, sys.executable,
+                                          self.probe_timeout_s)
         return self._probe_facts

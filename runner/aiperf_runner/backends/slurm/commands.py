@@ -73,6 +73,14 @@ def run_slurm(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path |
     raise SlurmError(f"{argv[0]}: {last}")
 
 
+def slurm_version() -> str | None:
+    """`sinfo -V` ('slurm-wlm 22.05.8'), or None when it does not answer."""
+    try:
+        return run_slurm(["sinfo", "-V"]).strip() or None
+    except SlurmError:
+        return None
+
+
 def scancel(job_ids: Iterable[str]) -> None:
     """scancel these jobs, ignoring errors (it also fails when one of them is already over)."""
     ids = sorted(set(job_ids), key=int)

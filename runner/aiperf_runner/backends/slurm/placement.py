@@ -112,23 +112,22 @@ def usable_nodes(placement: Placement, gpus_per_node: int) -> tuple[str, list[di
     return partition, nodes, notes
 
 
-def run_probe(placement: Placement, name: str, gpus_per_node: int, exclusive: bool, python: str,
-              timeout: float) -> dict[str, Any]:
-    """Run a one-task job (srun) where the run's jobs go, with every placement option, that prints
-    what sysinfo sees there (CPU model; torch and the accelerators when the run uses GPUs). SlurmError
-    with the reason when it fails, prints nothing, or waits past `timeout` (then it is cancelled)."""
+def run_probe(srun_args: list[str], name: str, gpus_per_node: int, python: str, timeout: float,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a one-task srun (a job, or with `env` of an allocation a step of it) with `srun_args` (the
+    placement's options, `--exclusive`...) that prints what sysinfo sees there (CPU model; torch and
+    the accelerators when the run uses GPUs). SlurmError with the reason when it fails, prints
+    nothing, or waits past `timeout` (then it is cancelled)."""
     # torch (slow to import) only where it finds something the controller's machine may lack: GPUs.
     facts = "s.torch_facts()" if gpus_per_node > 0 else "{}"
     code = (f"import json; from aiperf_runner import sysinfo as s; f = {facts}; "
             "f['cpu_model'] = s.cpu_model(); print('AIPERF_PROBE ' + json.dumps(f))")
-    argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet", *placement.args()]
+    argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet", *srun_args]
     if gpus_per_node > 0:
         argv.append(f"--gres=gpu:{gpus_per_node}")
-    if exclusive:
-        argv.append("--exclusive")
     argv += ["--time=5", python, "-c", code]
     try:
-        out = run_slurm(argv, timeout=timeout)
+        out = run_slurm(argv, timeout=timeout, env=env)
     except SlurmError as exc:
         with contextlib.suppress(SlurmError):  # a probe still waiting in the queue
             run_slurm(["scancel", "-u", str(os.getuid()), f"--name={name}"])
@@ -142,3 +141,20 @@ def run_probe(placement: Placement, name: str, gpus_per_node: int, exclusive: bo
             if isinstance(found, dict):
                 return found
     raise SlurmError(f"the probe job gave no answer: {out.strip()[-300:]!r}{PROBE_HINT}")
+
+
+def apply_probe(facts: dict[str, Any], probe: dict[str, Any], gpus_per_node: int, nodes: int) -> None:
+    """Put what the probe found into the system facts: CPU model, torch and CUDA versions, and the
+    accelerators of `nodes` nodes (the probed node's first `gpus_per_node`, for each node)."""
+    if not probe:
+        return
+    facts["cpu_model"] = probe.get("cpu_model") or None
+    for key in ("torch", "cuda", "cuda_build"):
+        if key in probe:
+            facts[key] = probe[key]
+    facts["slurm"]["probe"] = "ok"
+    per_node = (probe.get("accelerators") or [])[:gpus_per_node] if gpus_per_node > 0 else []
+    if per_node:
+        accelerators = [per_node[i % len(per_node)] for i in range(nodes * gpus_per_node)]
+        facts.update(accelerators=accelerators, accelerator_model=accelerators[0]["model"],
+                     accelerator_count=len(accelerators))

@@ -35,7 +35,7 @@ def job_argv(argv: tuple[str, ...] | list[str], run_dir: Path) -> list[str]:
     return out
 
 
-def _drop_option(args: list[str], option: str) -> list[str]:
+def drop_option(args: list[str], option: str) -> list[str]:
     """args without `option VALUE` / `option=VALUE`."""
     out: list[str] = []
     skip = False
@@ -142,7 +142,7 @@ def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_
     if len(argv) >= 3 and argv[1] == "-m":
         # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
         # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
-        program = [q(a) for a in _drop_option(argv[1:], "--nproc")]
+        program = [q(a) for a in drop_option(argv[1:], "--nproc")]
         lines.append(" \\\n    ".join(filter(None, [
             " ".join(srun),
             " ".join(prefix),

@@ -1,0 +1,71 @@
+"""The single-allocation mode on the one-node cluster: the controller runs inside an sbatch job
+(scripts/slurm-steps.sbatch, as an operator submits it) with two slots, and every trial is a job
+step of that job, seen with `squeue --steps` while the run goes (the test clusters keep no
+accounting, so `sacct` cannot list steps there). ~40 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiperf_runner.backends.slurm.steps import SlurmStepsBackend, cpus_per_node
+
+from tests.helpers import REPO
+from tests.slurm.cluster import env_for, read_events, slurm, verify_ok
+
+
+def test_cpus_per_node() -> None:
+    assert cpus_per_node("2(x3),1", 4) == [2, 2, 2, 1]
+    assert cpus_per_node("8", 1) == [8]
+    with pytest.raises(OSError):
+        cpus_per_node("2(x2)", 3)
+
+
+def test_outside_an_allocation_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(OSError, match="inside a SLURM allocation"):
+        SlurmStepsBackend(tmp_path)
+
+
+def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    env = env_for(one_node, AIPERF_RUNNER=f"{sys.executable} -m aiperf_runner", FAKE_EPOCH_S="1")
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", "--time=10", f"--output={tmp_path / 'controller.out'}",
+         f"--chdir={REPO}", str(REPO / "scripts" / "slurm-steps.sbatch"),
+         "--preset", "smoke", "--duration", "20s", "--slots", "2", "--out", str(run_dir),
+         "--trial-module", "tests.runner.fake_trial"],
+        env=env, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    steps: dict[str, str] = {}
+    deadline = time.monotonic() + 150
+    try:
+        while time.monotonic() < deadline:
+            text = slurm(one_node, "squeue", "-h", "-s", "-j", job, "-o", "%i|%j", check=False)
+            steps.update(line.split("|", 1) for line in text.split() if "|" in line)
+            left = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], env=env, capture_output=True, text=True)
+            if left.returncode == 0 and not left.stdout.strip():  # not a squeue that failed to answer
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the controller's job {job} did not end")
+    finally:
+        slurm(one_node, "scancel", job, check=False)
+    out = (tmp_path / "controller.out").read_text()
+    assert "run finished (duration)" in out, out[-3000:]  # not stopped by the script's --signal (5 min before the limit)
+    events = read_events(run_dir)
+    assert events[0]["type"] == "run_started" and events[0]["slots"] == 2
+    started = [e for e in events if e["type"] == "trial_started"]
+    assert {e["slot"] for e in started} == {0, 1}
+    # Every attempt that started is a step of the controller's job, named after the trial and attempt.
+    names = set(steps.values())
+    ran = {f"aiperf.{job}.{e['trial']}.{e['attempt']}" for e in started}
+    assert len(ran & names) >= 2, (ran, steps)
+    assert all(i.startswith(f"{job}.") for i in steps)
+    assert "step of SLURM job" in (run_dir / "trials" / "t0000" / "stdout.log").read_text()
+    system = json.loads((run_dir / "run.json").read_text())["system"]
+    assert system["slurm"]["mode"] == "steps" and system["slurm"]["probe"] == "ok"
+    verify_ok(run_dir)
