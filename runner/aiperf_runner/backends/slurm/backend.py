@@ -8,7 +8,6 @@ file the script's EXIT trap writes first, SLURM's state (commands.py) for why it
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -82,6 +81,13 @@ class SlurmHandle(TrialHandle):
             if found:
                 self._nodes = found
         return list(self._nodes) if self._nodes else list(self.slot.nodes)
+
+    def started(self) -> bool:
+        """The job's script has run on its node (it wrote the nodes file)."""
+        try:
+            return self.prefix.with_name(self.prefix.name + ".nodes").stat().st_size > 0
+        except OSError:
+            return False
 
     def _read_exit_file(self) -> int | None:
         try:
@@ -301,19 +307,18 @@ class SlurmBackend(Backend):
         jobs of this run already wait in the queue: then the cluster is busy."""
         if self.start_wait_s <= 0:
             return
-        others_pending = any(h is not handle and (self._cache.get(j) or {}).get("state") == "PENDING"
+        # Pending by the last squeue, and still not started by its nodes file (the cache may be older).
+        others_pending = any(h is not handle and not h.started() and (self._cache.get(j) or {}).get("state") == "PENDING"
                              for j, h in self._live.items())
         if others_pending:
             return
-        nodes_file = handle.prefix.with_name(handle.prefix.name + ".nodes")
         deadline = time.monotonic() + self.start_wait_s
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                if nodes_file.stat().st_size > 0:
-                    return
+            if handle.started():
+                return
             info = self.job_info(handle.job_id)  # squeue at most once per squeue_interval_s
-            if info is not None and info["state"] not in ("PENDING", "CONFIGURING"):
-                return  # running (the file is on its way) or already over
+            if info is not None and info["state"] not in ACTIVE_STATES:
+                return  # over already (a running job writes the file in a moment)
             time.sleep(0.2)
 
     # ---- the queue ----

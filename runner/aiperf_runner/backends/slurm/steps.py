@@ -40,6 +40,8 @@ from .placement import apply_probe, run_probe
 from .script import drop_option, job_argv
 
 RDZV_PORT_BASE = 29500
+# Options of the one-job-per-trial backend that belong to the allocation here (sbatch/salloc's).
+ALLOCATION_OPTIONS = ("partition", "account", "reservation", "qos", "constraint", "time_limit", "extra_sbatch_args")
 
 
 def cpus_per_node(spec: str, nodes: int) -> list[int]:
@@ -100,6 +102,10 @@ class SlurmStepsBackend(Backend):
     def __init__(self, run_dir: Path, nodes_per_slot: int = 1, gpus_per_node: int = 0, slots: int | None = None,
                  **options: Any) -> None:
         super().__init__(run_dir, nodes_per_slot=nodes_per_slot, gpus_per_node=gpus_per_node, slots=slots, **options)
+        given = [k for k in ALLOCATION_OPTIONS if options.get(k)]
+        if given:
+            raise ValueError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: with slurm-steps these are "
+                             "options of the allocation: give them to sbatch or salloc")
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
         if not self.job_id or not nodelist:
