@@ -24,5 +24,5 @@ export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_fi
 
 # The site's prologue (--prologue, kept in the run directory), sourced in this shell so that
 # what it exports reaches the trial; a prologue that fails fails the attempt.
-source ./slurm-prologue.sh || { rc=$?; echo "aiperf: the prologue failed (exit $rc)" >&2; exit "$rc"; }
+source local/slurm-prologue.sh || { rc=$?; echo "aiperf: the prologue failed (exit $rc)" >&2; exit "$rc"; }
 apptainer exec --nv /images/aiperf.sif "${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}" -m aiperf_runner.train.trial trials/t0007 --attempt 2 --nproc 2

@@ -34,7 +34,7 @@ head_node=$(head -n 1 "$nodes_file")
 head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
 rdzv_port=$((29500 + SLURM_JOB_ID % 10000))
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 --gres=gpu:4 \
-    bash -c 'source ./slurm-prologue.sh && exec "$@"' aiperf-prologue apptainer exec --nv /images/aiperf.sif \
+    bash -c 'source local/slurm-prologue.sh && exec "$@"' aiperf-prologue apptainer exec --nv /images/aiperf.sif \
     "${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \
     --rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID" \
     -m aiperf_runner.train.trial trials/t0007 --attempt 2

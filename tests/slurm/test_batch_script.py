@@ -51,7 +51,7 @@ def test_one_node_wrapped_trial_with_a_prologue(tmp_path: Path) -> None:
     text = script_for(tmp_path, Slot(index=0, nodes=("n1",), devices_per_node=2), prologue=str(tmp_path / "site.sh"),
                       wrap="apptainer exec --nv /images/aiperf.sif")
     check_golden("slurm_batch_one_node_wrapped.sh", text)
-    assert (tmp_path / "run" / "slurm-prologue.sh").read_text() == "module load cuda\n"  # the run keeps its copy
+    assert (tmp_path / "run" / "local" / "slurm-prologue.sh").read_text() == "module load cuda\n"  # the run's copy
 
 
 def test_two_node_gpu_trial_with_every_option(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from aiperf_runner.backends.slurm import SlurmBackend
+from aiperf_runner.privacy import read_hostnames
 
 from tests.backends.test_conformance import spec_for, wait_done
 from tests.slurm.cluster import read_events, run_to_end, verify_ok
@@ -48,8 +49,9 @@ def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path
     ended = {(e["trial"], e["attempt"]) for e in events if e["type"] in ("trial_finished", "trial_failed")}
     started = [e for e in events if e["type"] == "trial_started" and (e["trial"], e["attempt"]) in ended]
     assert len(started) >= 2
+    raw = {pseudonym: name for name, pseudonym in read_hostnames(run_dir).items()}
     for e in started:
-        node = e["nodes"][0]
+        node = raw[e["nodes"][0]]  # the log names nodes by pseudonym; the markers by name
         tag = f"{e['trial']}.{e['attempt']}.{node}"
         assert (markers / f"prologue.{tag}").read_text().strip() == node
         wrapped = (markers / f"wrap.{tag}").read_text()
@@ -57,9 +59,11 @@ def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path
         assert f"-m tests.runner.fake_trial {run_dir / 'trials' / e['trial']}" not in wrapped  # relative paths
         assert f"trials/{e['trial']} --attempt {e['attempt']}" in wrapped
     launcher = json.loads((run_dir / "run.json").read_text())["system"]["slurm"]["launcher"]
-    assert launcher == {"prologue": "slurm-prologue.sh", "prologue_sha256": hashlib.sha256(PROLOGUE.encode()).hexdigest(),
-                        "wrap": [str(wrapper), "--nv"], "trial_python": None}
-    assert (run_dir / "slurm-prologue.sh").read_text() == PROLOGUE
+    assert launcher == {"prologue": "local/slurm-prologue.sh", "trial_python": None,
+                        "prologue_sha256": hashlib.sha256(PROLOGUE.encode()).hexdigest(),
+                        "wrap": [".../fake-apptainer", "--nv"]}  # the path masked (privacy.py)
+    assert str(tmp_path) not in (run_dir / "run.json").read_text()
+    assert (run_dir / "local" / "slurm-prologue.sh").read_text() == PROLOGUE  # kept, never bundled
     verify_ok(run_dir)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiperf_runner.backends.slurm import SlurmBackend, SlurmError
+from aiperf_runner.privacy import read_hostnames
 
 from tests.slurm.cluster import (
     TWO_NODE_CONF,
@@ -59,10 +60,11 @@ def test_a_run_inside_a_reservation(two_node: Path, reservation: str, tmp_path: 
     events = read_events(run_dir)
     assert events[0]["type"] == "run_started" and events[0]["slots"] == 1
     started = [e for e in events if e["type"] == "trial_started"]
-    assert started and all(e["nodes"] == ["n2"] for e in started)
+    assert started and all(e["nodes"] == [read_hostnames(run_dir)["n2"]] for e in started)  # its pseudonym
     assert f"#SBATCH --reservation={reservation}" in (run_dir / "trials" / "t0000" / "slurm-1.sh").read_text()
     facts = json.loads((run_dir / "run.json").read_text())["system"]["slurm"]
-    assert facts["reservation"] == reservation and facts["probe"] == "ok" and facts["usable_nodes"] == 1
+    assert facts["reservation_used"] and facts["probe"] == "ok" and facts["usable_nodes"] == 1
+    assert reservation not in (run_dir / "run.json").read_text()  # its name stays in local/private.json
     # Every job of the run, the probe first, ran on n2 inside the reservation.
     jobs = jobs_in_log(probe_name) + jobs_in_log(run_tag(run_dir))
     assert jobs[0]["Name"] == probe_name and len(jobs) >= len(started) + 1, jobs

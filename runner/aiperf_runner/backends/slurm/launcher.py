@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROLOGUE_NAME = "slurm-prologue.sh"
+from aiperf_runner.spec.bundle import LOCAL_DIR
+
+PROLOGUE_NAME = f"{LOCAL_DIR}/slurm-prologue.sh"  # never bundled: it may name the site's modules and paths
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Launcher:
         if source:
             # A resumed run sources the copy it started with; a new one copies the file now.
             if not ((Path(run_dir) / "run.json").exists() and copy.is_file()):
+                copy.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     shutil.copyfile(source, copy)
                 except OSError as exc:

@@ -47,8 +47,9 @@ class Placement:
         return [*self.named(), *self.extra]
 
     def facts(self) -> dict[str, Any]:
-        """What run.json records of the placement (the account is in the run's config already)."""
-        return {"reservation": self.reservation, "qos": self.qos, "constraint": self.constraint}
+        """What run.json records of the placement: whether a reservation and a QOS were used (their
+        names, like the account, stay in local/private.json: privacy.py), and the constraint."""
+        return {"reservation_used": bool(self.reservation), "qos_used": bool(self.qos), "constraint": self.constraint}
 
 
 def constraint_matches(constraint: str, features: set[str]) -> bool | None:
