@@ -26,6 +26,7 @@ def test_squeue_calls_are_bounded(one_node: Path, tmp_path: Path) -> None:
     attempts = sum(e["type"] == "trial_started" for e in events)
     names = calls.read_text().split()
     assert attempts >= 4, "too few launches to exercise the start waits"
-    # One squeue per interval while jobs live, plus the few of the shutdown (until the queue is empty).
-    assert names.count("squeue") <= seconds / INTERVAL_S + 8, (names.count("squeue"), seconds, attempts)
+    # One squeue per interval while jobs live, plus the shutdown's (one a second until the queue is
+    # empty: up to KillWait, 5 s on the test cluster, and a few more on a loaded machine).
+    assert names.count("squeue") <= seconds / INTERVAL_S + 12, (names.count("squeue"), seconds, attempts)
     assert names.count("sbatch") == attempts

@@ -407,7 +407,7 @@ class SlurmBackend(Backend):
             if not left:
                 break
             scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
-            time.sleep(0.5)
+            time.sleep(1.0)  # a cancelled job takes up to KillWait to leave: no need to ask faster
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """Cancel the jobs a killed controller left for this trial (their ids are in slurm-*.jobid)."""
