@@ -26,6 +26,7 @@ class LeaderboardConfig(AppConfig):
     def ready(self) -> None:
         from aiperf_runner.spec import rules
 
+        from leaderboard import checks  # noqa: F401 - registers the deployment checks
         post_migrate.connect(_rerank, sender=self)
         if settings.AIPERF_RULES_FILE:
             try:

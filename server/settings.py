@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
+    "axes",
     "leaderboard",
 ]
 
@@ -60,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it answers a locked-out login (server/security.py)
 ]
 
 # 1: every response says how long Django took (`Server-Timing: app;dur=<ms>`, read by bench/site_latency.py).
@@ -94,7 +98,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Waiting on a lock beats "database is locked" when the dev server and a task write at once.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("timeout", 30)
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+# `manage.py aiperf_rebuild --check` runs a child whose default database is a scratch one and whose
+# `source` is the service's (leaderboard/rebuild.py); nothing else sets this.
+if env.str("AIPERF_REBUILD_SOURCE_URL", default=""):
+    DATABASES["source"] = env.db("AIPERF_REBUILD_SOURCE_URL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: it refuses a locked-out login before the password is tried
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -219,6 +232,9 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
+    # Writes are throttled per site token (leaderboard/limits.py); the rate is AIPERF_WRITE_RATE.
+    "DEFAULT_THROTTLE_CLASSES": ["leaderboard.limits.SiteWriteThrottle"],
+    "EXCEPTION_HANDLER": "leaderboard.api.exceptions.handler",
     "DEFAULT_PAGINATION_CLASS": "leaderboard.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -230,13 +246,77 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "SubmissionStatusEnum": "leaderboard.models.Submission.Status",
         "DivisionEnum": "leaderboard.models.Division",
     },
 }
+
+# ---- hardening (docs/service.md "Production") -------------------------------------------------
+# The cache holds the write throttles' counters and the uploads in progress (leaderboard/limits.py):
+# one Redis shared by every web process in production (`manage.py check --deploy` warns otherwise,
+# leaderboard/checks.py), a per-process memory cache in the embedded mode.
+CACHE_URL = env.str("CACHE_URL", default="")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+          if CACHE_URL.startswith(("redis://", "rediss://", "unix://"))
+          else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(f"CACHE_URL must be a redis:// URL, not {CACHE_URL!r}")
+
+# Uploads: besides AIPERF_MAX_UPLOAD_BYTES, at most this many bundles per site in 24 hours and this
+# many of one site's uploads being received at once (429 beyond either).
+AIPERF_WRITE_RATE = env.str("AIPERF_WRITE_RATE", default="120/min")  # DRF's "N/s|min|hour|day"
+AIPERF_UPLOADS_PER_DAY = env.int("AIPERF_UPLOADS_PER_DAY", default=100)
+AIPERF_UPLOAD_CONCURRENCY = env.int("AIPERF_UPLOAD_CONCURRENCY", default=2)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 100
+DATA_UPLOAD_MAX_NUMBER_FILES = 2
+
+# Admin login: django-axes locks a username at an address out after this many failed passwords,
+# for AXES_COOLOFF_HOURS (the lock is in the database: it survives a restart and every process sees it).
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = env.float("AXES_COOLOFF_HOURS", default=1.0)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Behind proxies, the client's address is the one AIPERF_PROXY_COUNT proxies from the right of
+# X-Forwarded-For (leaderboard/limits.py client_ip); 0: REMOTE_ADDR.
+AIPERF_PROXY_COUNT = env.int("AIPERF_PROXY_COUNT", default=0)
+AXES_CLIENT_IP_CALLABLE = "leaderboard.limits.client_ip"
+
+# Headers. SecurityMiddleware sends X-Content-Type-Options: nosniff and this Referrer-Policy;
+# django-csp the Content-Security-Policy below, on every page. Scripts only from this origin: no
+# inline script anywhere (the charts' data are in data attributes, static/site/charts.js draws
+# them; Swagger UI's setup is a script of its own). Inline styles are allowed: plotly.js, Redoc and
+# DRF's browsable API set them from their own (same-origin) scripts and cannot run without them.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = env.str("SECURE_REFERRER_POLICY", default="same-origin")
+X_FRAME_OPTIONS = "DENY"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
+    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
+    # HSTS: a year by default once DEBUG is off; 0 turns it off (e.g. while trying HTTPS out).
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 86400)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    # The proxy in front may redirect to HTTPS itself (SECURE_SSL_REDIRECT=0); the health checks are
+    # probed over plain HTTP from inside the deployment.
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 
 # ---- logging -----------------------------------------------------------------------------------
 LOGGING = {
@@ -245,8 +325,3 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"leaderboard": {"handlers": ["console"], "level": env.str("AIPERF_LOG_LEVEL", default="INFO")}},
 }
-
-if not DEBUG:
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
-    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)

@@ -11,3 +11,9 @@ class Pagination(PageNumberPagination):
         if request.query_params.get("format") in ("csv", "json"):
             return None  # an export: every row of the filtered list
         return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response_schema(self, schema):
+        # A list answers a page, or with ?format=json the whole filtered list as a bare array (`schema`,
+        # the array of the page's results). Found by schemathesis (tests/service/test_e2e_fuzz_api.py).
+        page = super().get_paginated_response_schema(schema)
+        return {"oneOf": [page, {**schema, "description": "?format=json: every row of the filtered list"}]}

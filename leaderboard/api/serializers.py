@@ -31,6 +31,9 @@ class SystemBriefSerializer(serializers.ModelSerializer):
 
 
 class SiteSerializer(serializers.ModelSerializer):
+    # A plain string: the model's blank URLField became `oneOf: [uri, maxLength 0]` in the schema, which
+    # "" matches twice (found by schemathesis). Sites are read-only in the API; manage.py checks the URL.
+    url = serializers.CharField(read_only=True, help_text="the site's web page, or empty")
     keys = serializers.SerializerMethodField()
     systems = serializers.IntegerField(source="systems.count", read_only=True)
     results = serializers.SerializerMethodField()

@@ -26,7 +26,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import audit, intake, systems, tasks, witness
+from leaderboard import audit, intake, limits, systems, tasks, witness
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
@@ -200,8 +200,9 @@ class WitnessView(APIView):
     """The service's witness keys: the current one first; retired ones still verify what they signed."""
 
     @extend_schema(responses=inline_serializer("Witness", {
-        "fingerprint": serializers.CharField(help_text="the current witness key"),
-        "public_key": serializers.CharField(), "keys": s.WitnessKeySerializer(many=True)}))
+        "fingerprint": serializers.CharField(help_text="the current witness key (null: none made yet)",
+                                             allow_null=True),
+        "public_key": serializers.CharField(allow_null=True), "keys": s.WitnessKeySerializer(many=True)}))
     def get(self, request):
         rows = list(WitnessKey.objects.all())
         current = next((k for k in rows if k.retired_at is None), None)
@@ -239,7 +240,7 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         request=s.SubmissionUploadSerializer,
         responses={201: s.SubmissionSerializer, 200: OpenApiResponse(s.SubmissionSerializer, "the same bundle "
                    "was uploaded before: the existing submission"), 400: CheckError, 403: CheckError,
-                   413: CheckError},
+                   413: CheckError, 429: CheckError},
     )
     def create(self, request, *args, **kwargs):
         limit = settings.AIPERF_MAX_UPLOAD_BYTES
@@ -249,14 +250,19 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             length = 0
         if length > limit + 64 * 1024:  # refuse before reading the body; the multipart envelope is small
             return self._refused(intake.too_large(length))
+        try:
+            limits.check_daily_quota(request.auth)
+            with limits.upload_slot(request.auth):
+                return self._receive(request)
+        except Rejected as exc:
+            return self._refused(exc)
+
+    def _receive(self, request) -> Response:
         upload = request.data.get("bundle") if hasattr(request.data, "get") else None
         if upload is None or not hasattr(upload, "chunks"):
             return Response({"detail": "send the bundle as the multipart file field 'bundle'", "check": "request"},
                             status=status.HTTP_400_BAD_REQUEST)
-        try:
-            received = intake.receive(request.auth, upload)
-        except Rejected as exc:
-            return self._refused(exc)
+        received = intake.receive(request.auth, upload)
         data = self.get_serializer(received.submission).data
         return Response(data, status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
 

@@ -1,19 +1,22 @@
-"""plotly figures of the pages, as HTML fragments (`include_plotlyjs=False`: plotly.js is served once,
-from the project's static files, by templates/site/base.html).
+"""plotly figures of the pages, as HTML fragments: a <div> with the figure in its data attributes;
+plotly.js and static/site/charts.js, served from the project's static files (templates/site/_plotly.html),
+draw them.
 
 Builders take stored figures (a result's series and trials as the service's verification computed
 them with `aiperf_runner.spec`) and only draw them: nothing here computes a score. Figures are
-plain plotly dicts rendered with `plotly.io.to_html(validate=False)`, which is fast enough to build
+plain plotly dicts encoded with `plotly.io.to_json(validate=False)`, which is fast enough to build
 on every request (about a millisecond each).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 BLUE, VERMILLION, GREEN, ORANGE, PURPLE, SKY, YELLOW, BLACK, GREY = (
@@ -51,13 +54,17 @@ def _layout(**extra: Any) -> dict[str, Any]:
 
 
 def render(data: list[dict[str, Any]], layout: dict[str, Any], div_id: str, height: int = 360) -> SafeString:
-    """One figure as a <div> + <script> fragment for a page that loads plotly.js itself."""
+    """One figure as an empty <div> whose data attributes carry it; static/site/charts.js draws it.
+
+    No inline script and no style attribute: the pages pass a Content-Security-Policy of
+    `script-src 'self'; style-src 'self'` (server/settings.py). The figure is plotly JSON (the same
+    encoder as `plotly.io.to_html`), HTML-escaped into the attribute.
+    """
     import plotly.io as pio
 
-    html = pio.to_html({"data": data, "layout": layout}, include_plotlyjs=False, full_html=False,
-                       validate=False, div_id=div_id, config=CONFIG, default_height=f"{height}px",
-                       default_width="100%")
-    return mark_safe(html)
+    figure = pio.to_json({"data": data, "layout": layout}, validate=False)
+    return format_html('<div id="{}" class="aiperf-chart" data-height="{}" data-figure="{}" data-config="{}"></div>',
+                       div_id, int(height), figure, json.dumps(CONFIG))
 
 
 def time_unit(duration_s: float) -> tuple[float, str]:

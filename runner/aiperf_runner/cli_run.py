@@ -50,7 +50,9 @@ def run(
     duration: str = typer.Option(None, "--duration", help="Run length, e.g. 5m, 1h (default: the preset's). "
                                                           "Counted from the run's start, also across --resume."),
     out: Path = typer.Option(None, "--out", help="Run directory to create (default runs/<preset>-<time>)."),
-    backend: str = typer.Option("local", "--backend", help="Where trials run: local, slurm, or an installed plugin."),
+    backend: str = typer.Option("local", "--backend", help="Where trials run: local, slurm (a job per trial), "
+                                                           "slurm-steps (inside one allocation: a job step per "
+                                                           "trial), or an installed plugin."),
     devices_per_slot: int = typer.Option(1, "--devices-per-slot", min=1,
                                          help="Devices (DDP processes) per slot: GPUs with CUDA, processes on CPU."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, tf32, bf16 or fp16 (autocast)."),
@@ -67,6 +69,16 @@ def run(
                                           help="Option passed to the backend (repeatable)."),
     partition: str = typer.Option(None, "--partition", help="slurm: the partition to submit to."),
     account: str = typer.Option(None, "--account", help="slurm: the account to charge."),
+    reservation: str = typer.Option(None, "--reservation", help="slurm: run every job (and count slots) inside this "
+                                                                 "reservation."),
+    qos: str = typer.Option(None, "--qos", help="slurm: the QOS of every job."),
+    constraint: str = typer.Option(None, "--constraint", help="slurm: node features every job needs, e.g. a100 or "
+                                                               "'a100&ib' (slots count only nodes that have them)."),
+    prologue: Path = typer.Option(None, "--prologue", metavar="FILE",
+                                  help="slurm: shell snippet sourced on each trial's nodes before it starts "
+                                       "(modules, staging, NCCL variables); kept in the run directory."),
+    wrap: str = typer.Option(None, "--wrap", metavar="'CMD PREFIX'",
+                             help="slurm: command prefix of the trial processes, e.g. 'apptainer exec --nv IMAGE'."),
     nodes_per_slot: int = typer.Option(None, "--nodes-per-slot", min=1,
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
@@ -109,8 +121,10 @@ def run(
             duration_s = parse_duration(duration) if duration else p.default_duration_s
             run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
             options = parse_options(backend_opt, "--backend-opt")
-            named = {"partition": partition, "account": account, "nodes_per_slot": nodes_per_slot,
-                     "gpus_per_node": gpus_per_node, "time_limit": time_limit}
+            named = {"partition": partition, "account": account, "reservation": reservation, "qos": qos,
+                     "constraint": constraint, "prologue": str(prologue) if prologue else None, "wrap": wrap,
+                     "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
+                     "time_limit": time_limit}
             options.update({k: v for k, v in named.items() if v is not None})
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,

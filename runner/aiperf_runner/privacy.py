@@ -38,8 +38,9 @@ from aiperf_runner.spec.bundle import LOCAL_DIR
 SECRET_NAME = "site_secret"
 PRIVATE_FILE = "private.json"
 HOSTNAMES_FILE = "hostnames.json"
-PRIVATE_OPTIONS = ("account", "qos", "reservation", "extra_sbatch_args")
-"""Backend options kept out of run.json (they name the site's accounts): in local/private.json."""
+PRIVATE_OPTIONS = ("account", "qos", "reservation", "extra_sbatch_args", "prologue", "wrap", "trial_python")
+"""Backend options kept out of run.json (they name the site's accounts, files and images): in
+local/private.json (the slurm backends record a masked form of the launcher in `system.slurm`)."""
 
 _PATH_CHARS = r"[\w.+@%=,-]"
 _ABS_PATH = re.compile(rf"(?<![\w:/.~>\]-])/{_PATH_CHARS}+(?:/{_PATH_CHARS}+)+/?")

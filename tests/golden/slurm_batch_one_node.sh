@@ -19,5 +19,7 @@ trap 'exit 130' INT
 nodes_file=trials/t0007/slurm-2.nodes
 "${AIPERF_PYTHON:-python3}" -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"
 echo "aiperf: trial t0007 attempt 2: SLURM job $SLURM_JOB_ID on $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"
+# For a prologue and a wrapped trial: which trial, and its nodes (nothing of SLURM needed there).
+export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_file")"
 
 "${AIPERF_PYTHON:-python3}" -m aiperf_runner.train.trial trials/t0007 --attempt 2 --nproc 2

@@ -11,6 +11,9 @@
 #SBATCH --exclusive
 #SBATCH --partition=gpu
 #SBATCH --account=proj42
+#SBATCH --reservation=hpl-week
+#SBATCH --qos=bench
+#SBATCH --constraint=a100&ib
 #SBATCH --gres=gpu:4
 #SBATCH --time=02:00:00
 
@@ -23,12 +26,15 @@ trap 'exit 130' INT
 nodes_file=trials/t0007/slurm-2.nodes
 "${AIPERF_PYTHON:-python3}" -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"
 echo "aiperf: trial t0007 attempt 2: SLURM job $SLURM_JOB_ID on $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"
+# For a prologue and a wrapped trial: which trial, and its nodes (nothing of SLURM needed there).
+export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_file")"
 
 # One torchrun per node; they meet at a c10d rendezvous on the job's first node.
 head_node=$(head -n 1 "$nodes_file")
 head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
 rdzv_port=$((29500 + SLURM_JOB_ID % 10000))
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 --gres=gpu:4 \
-    "${AIPERF_PYTHON:-python3}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \
+    bash -c 'source local/slurm-prologue.sh && exec "$@"' aiperf-prologue apptainer exec --nv /images/aiperf.sif \
+    "${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \
     --rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID" \
     -m aiperf_runner.train.trial trials/t0007 --attempt 2

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +213,18 @@ class Stack:
 
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(query, params).fetchall()
+
+
+@contextmanager
+def witnessed_stack(workdir: Path, **env: str) -> Iterator[Stack]:
+    """A started stack with a witness key and one Celery worker (`env` added to its environment); stopped after."""
+    require_services()
+    s = Stack(workdir)
+    s.env.update({"AIPERF_WITNESS_KEY_FILE": str(workdir / "witness_key.pem"), **env})
+    try:
+        s.start()
+        s.manage("aiperf_witness_key", "create")
+        s.start_worker("worker")
+        yield s
+    finally:
+        s.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,14 @@ def test_demo_end_to_end(tmp_path):
         url = next(line.split()[-1] for line in out.stdout.splitlines() if line.startswith("result:"))
         assert httpx.get(url).status_code == 200
         assert f"kill {pid}" in out.stdout
+        # The demo's result rebuilt from its bundle into a scratch SQLite database: no difference.
+        rebuilt = subprocess.run([sys.executable, "manage.py", "aiperf_rebuild", "--check", "--json"], cwd=REPO,
+                                 env={**env, "DATABASE_URL": f"sqlite:///{home / 'aiperf.sqlite3'}",
+                                      "MEDIA_ROOT": str(home / "media"), "DEBUG": "1"},
+                                 capture_output=True, text=True, timeout=300)
+        assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+        report = json.loads(rebuilt.stdout)
+        assert report["reverified"] >= 1 and report["differ"] == [], report
     finally:
         if pid is not None:
             try:

@@ -103,6 +103,11 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> str:
     return out
 
 
+def run_to_end(conf: Path, run_dir: Path, *args: str, timeout: float = 120, **env: str) -> str:
+    """`start_run` and `finish`: a run that must end by itself, successfully, within `timeout`."""
+    return finish(start_run(conf, run_dir, *args, **env), timeout)
+
+
 def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen[str] | None = None, every: float = 0.25):
     """Poll `predicate` until it returns something truthy (returned); fail after `timeout` or if `proc` ends."""
     deadline = time.monotonic() + timeout

@@ -46,15 +46,26 @@ def test_one_node_cpu_trial(tmp_path: Path) -> None:
     assert str(tmp_path) not in text and sys.executable not in text  # nothing of this machine in the run
 
 
+def test_one_node_wrapped_trial_with_a_prologue(tmp_path: Path) -> None:
+    (tmp_path / "site.sh").write_text("module load cuda\n")
+    text = script_for(tmp_path, Slot(index=0, nodes=("n1",), devices_per_node=2), prologue=str(tmp_path / "site.sh"),
+                      wrap="apptainer exec --nv /images/aiperf.sif")
+    check_golden("slurm_batch_one_node_wrapped.sh", text)
+    assert (tmp_path / "run" / "local" / "slurm-prologue.sh").read_text() == "module load cuda\n"  # the run's copy
+
+
 def test_two_node_gpu_trial_with_every_option(tmp_path: Path) -> None:
     slot = Slot(index=1, nodes=("gpu1", "gpu2"), devices_per_node=4, device_type="cuda")
-    text = script_for(tmp_path, slot, partition="gpu", account="proj42", nodes_per_slot=2, gpus_per_node=4,
-                      time_limit="02:00:00")
+    (tmp_path / "site.sh").write_text("export NCCL_IB_HCA=mlx5\n")
+    text = script_for(tmp_path, slot, partition="gpu", account="proj42", reservation="hpl-week", qos="bench",
+                      constraint="a100&ib", nodes_per_slot=2, gpus_per_node=4, time_limit="02:00:00",
+                      prologue=str(tmp_path / "site.sh"), wrap=["apptainer", "exec", "--nv", "/images/aiperf.sif"])
     check_golden("slurm_batch_two_node_gpu.sh", text)
     assert str(tmp_path) not in text and sys.executable not in text
 
 
-@pytest.mark.parametrize("name", ["slurm_batch_one_node.sh", "slurm_batch_two_node_gpu.sh"])
+@pytest.mark.parametrize("name", ["slurm_batch_one_node.sh", "slurm_batch_one_node_wrapped.sh",
+                                  "slurm_batch_two_node_gpu.sh"])
 def test_golden_scripts_are_valid_bash(name: str) -> None:
     import subprocess
 

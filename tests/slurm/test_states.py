@@ -9,6 +9,7 @@ import pytest
 from aiperf_runner.backends.base import LaunchSpec, Slot
 from aiperf_runner.backends.slurm import SlurmBackend, SlurmHandle, count_gpus, parse_sinfo_nodes, parse_squeue
 from aiperf_runner.backends.slurm import backend as mod
+from aiperf_runner.backends.slurm.placement import constraint_matches
 
 
 def test_gres_and_sinfo_parsing() -> None:
@@ -125,3 +126,19 @@ def test_a_failed_exit_waits_for_slurm_to_say_why(tmp_path: Path, monkeypatch: p
     assert handle.poll() is None
     answers["7"] = job("CANCELLED")
     assert handle.poll() == 143 and "cancelled" in handle.describe_failure()
+
+
+def test_reserved_nodes_and_features() -> None:
+    text = "n1|idle|8|1000|(null)|(null)\nn2|reserved|8|1000|(null)|a100,ib\nn3|reserved*|8|1000|(null)|a100\n"
+    assert [n["name"] for n in parse_sinfo_nodes(text) if n["usable"]] == ["n1"]  # someone else's reservation
+    assert [n["name"] for n in parse_sinfo_nodes(text, reserved_usable=True) if n["usable"]] == ["n1", "n2"]
+    assert [n["features"] for n in parse_sinfo_nodes(text)] == [set(), {"a100", "ib"}, {"a100"}]
+
+
+@pytest.mark.parametrize("constraint, features, matches", [
+    ("a100", {"a100", "ib"}, True), ("a100&ib", {"a100"}, False), ("a100&ib", {"a100", "ib"}, True),
+    ("v100|a100", {"a100"}, True), ("v100|h100", {"a100"}, False), ("[rack1|rack2]", set(), None),
+    ("a100*2", {"a100"}, None), ("(a|b)&c", {"a"}, None),
+])
+def test_constraints(constraint: str, features: set[str], matches: bool | None) -> None:
+    assert constraint_matches(constraint, features) is matches

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 
 import pytest
@@ -12,8 +11,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from leaderboard.models import Edition, EditionEntry, Result, Submission
+from tests.web.charts import figure
 
 pytestmark = pytest.mark.django_db
+
 
 
 def test_result_page_has_its_four_charts_and_the_local_plotly(client, demo_data):
@@ -24,8 +25,10 @@ def test_result_page_has_its_four_charts_and_the_local_plotly(client, demo_data)
     html = resp.content.decode()
     for div in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
         assert f'id="{div}"' in html, div
-        assert f'Plotly.newPlot(                        "{div}"' in html or f'"{div}"' in html
-    assert '<script src="/static/vendor/plotly.min.js"></script>' in html
+        assert figure(html, div)["data"], div
+    assert '<script src="/static/vendor/plotly.min.js" defer></script>' in html
+    assert '<script src="/static/site/charts.js" defer></script>' in html
+    assert "<script>" not in html  # no inline script (the Content-Security-Policy allows none)
     assert "cdn.plot.ly" not in html and "cdn.jsdelivr" not in html  # no CDN anywhere
     assert html.count("/static/vendor/plotly.min.js") == 1
     assert "steady-state window" in html  # the shaded window's label
@@ -36,8 +39,7 @@ def test_charts_draw_the_stored_figures(client, demo_data):
     demo_data(4)
     r = Result.objects.live().first()
     html = client.get(f"/results/{r.pk}").content.decode()
-    call = html[html.index('"chart-score"'):]
-    data = json.loads(call[call.index("["):call.index("}],") + 2])
+    data = figure(html, "chart-score")["data"]
     points = r.series.points
     assert data[0]["y"] == [p["score"] for p in points]
     assert data[1]["y"] == [p["regulated"] for p in points]

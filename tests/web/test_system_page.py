@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timedelta
 
 import pytest
 
 from leaderboard.models import Result, System
+from tests.web.charts import figure
 
 pytestmark = pytest.mark.django_db
 
@@ -40,8 +40,7 @@ def test_scaling_chart_has_points_and_the_linear_line(client, demo_data):
     s = family_system()
     html = client.get(f"/systems/{s.pk}").content.decode()
     assert 'id="chart-scaling"' in html
-    call = html[html.index('"chart-scaling"'):]
-    data = json.loads(call[call.index("["):call.index("}],") + 2])
+    data = figure(html, "chart-scaling")["data"]
     names = [t["name"] for t in data]
     assert "this system" in names and "linear scaling" in names
     line = next(t for t in data if t["name"] == "linear scaling")

@@ -15,6 +15,7 @@ import binascii
 import fnmatch
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import tarfile
@@ -447,7 +448,9 @@ def _extract(bundle: Path, dest: Path, max_total: int, max_file: int, max_member
                 files.append(key)
     except BundleError:
         raise
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, TypeError, ValueError) as exc:
+        # tarfile's stream reader answers some corrupt input with bare TypeErrors and ValueErrors (a gzip
+        # header cut after 3 bytes: `ord('')`, found by tests/fuzz/test_bundles.py): a corrupt bundle all the same.
         raise BundleError(f"{bundle} is not a valid tar bundle or is corrupt ({type(exc).__name__}: {exc})") from None
     if not files:
         raise BundleError(f"{bundle} holds no files")

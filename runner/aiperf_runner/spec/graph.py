@@ -53,8 +53,16 @@ class Layer:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Layer:
-        return cls(str(data["type"]), tuple(int(i) for i in data["inputs"]), int(data["output"]),
+        return cls(str(data["type"]), tuple(_integer(i) for i in data["inputs"]), _integer(data["output"]),
                    dict(data.get("params") or {}))
+
+
+def _integer(value: Any) -> int:
+    """An integer of a graph file: an int, or a float with an integer value (not a bool, NaN or infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")) or int(value) != value:
+        raise GraphError(f"{value!r} is not an integer")
+    return int(value)
 
 
 def _pooled(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -205,7 +213,16 @@ class Graph:
 
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise GraphError naming the first problem: ids, producers, cycles, shapes."""
+        """Raise GraphError naming the first problem: ids, producers, cycles, shapes (and nothing else:
+        a parameter that is no number, or an infinite one, is a GraphError too)."""
+        try:
+            self._validate()
+        except GraphError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
+            raise GraphError(f"invalid layer parameters ({type(exc).__name__}: {exc})") from None
+
+    def _validate(self) -> None:
         if not self.nodes:
             raise GraphError("graph has no nodes")
         n = len(self.nodes)
@@ -248,13 +265,26 @@ class Graph:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Graph:
-        """Read native or reference format (auto-detected); does not validate."""
-        if "layer_list" in data:
-            return from_reference(data)
-        if data.get("format") != FORMAT:
-            raise GraphError(f"unknown graph format {data.get('format')!r} (expected {FORMAT!r} or the AIPerf layer_list format)")
-        return cls([tuple(int(v) for v in s) for s in data["nodes"]],
-                   [Layer.from_json(x) for x in data["layers"]])
+        """Read native or reference format (auto-detected); does not validate.
+
+        Raises GraphError, and only that, for anything malformed: a missing field, a value of the
+        wrong type, a number that is not an integer (NaN and Infinity included, which `json.loads`
+        accepts: found by tests/fuzz/test_run_files.py, an OverflowError that stopped verification).
+        """
+        if not isinstance(data, Mapping):
+            raise GraphError(f"a graph is a JSON object, not {type(data).__name__}")
+        try:
+            if "layer_list" in data:
+                return from_reference(data)
+            if data.get("format") != FORMAT:
+                raise GraphError(f"unknown graph format {data.get('format')!r} (expected {FORMAT!r} or the AIPerf "
+                                 "layer_list format)")
+            return cls([tuple(_integer(v) for v in s) for s in data["nodes"]],
+                       [Layer.from_json(x) for x in data["layers"]])
+        except GraphError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
+            raise GraphError(f"malformed graph JSON ({type(exc).__name__}: {exc})") from None
 
     def canonical(self) -> dict[str, Any]:
         """The graph with layers in a deterministic topological order and nodes renumbered."""
@@ -356,11 +386,13 @@ def from_reference(data: Mapping[str, Any]) -> Graph:
 def _fit_pool_padding(params: dict[str, Any], x: Shape, y: Shape) -> dict[str, Any]:
     k, s = params.get("kernel_size", 2), params.get("stride", params.get("kernel_size", 2))
     params = {"kernel_size": k, "stride": s, "padding": params.get("padding", 0)}
-    if len(x) == 3 and len(y) == 3 and _pooled(x[1], k, s, params["padding"]) != y[1]:
-        for pad in range(0, k // 2 + 1):
-            if _pooled(x[1], k, s, pad) == y[1]:
-                params["padding"] = pad
-                break
+    if len(x) == 3 and len(y) == 3 and s >= 1 and _pooled(x[1], k, s, params["padding"]) != y[1]:
+        # The smallest padding in 0..k//2 that gives the stored size, computed rather than searched (the
+        # pooled size grows with the padding): a search over a forged kernel of 10^7 hung verification
+        # (found by tests/fuzz/test_run_files.py).
+        pad = max(0, -(-((y[1] - 1) * s + k - x[1]) // 2))
+        if pad <= k // 2 and _pooled(x[1], k, s, pad) == y[1]:
+            params["padding"] = pad
     return params
 
 

@@ -65,7 +65,8 @@ def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool) -> 
             graph.validate()
         shapes = tuple(graph.nodes[graph.input_node]), tuple(graph.nodes[graph.output_node])
         return (graph.hash() if want_hash else None), None, flops, *shapes
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError,
+            ArithmeticError) as exc:  # OverflowError: int() of an infinite parameter (tests/fuzz)
         return None, str(exc) or type(exc).__name__, flops, None, None
 
 

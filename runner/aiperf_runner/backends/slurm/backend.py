@@ -8,7 +8,6 @@ file the script's EXIT trap writes first, SLURM's state (commands.py) for why it
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -26,17 +25,21 @@ from .commands import (
     FAILURE_REASONS,
     SlurmError,
     describe_state,
-    parse_sinfo_nodes,
     parse_squeue,
     run_slurm,
     scancel,
     slurm_env,
+    slurm_version,
 )
+from .launcher import Launcher
+from .placement import Placement, apply_probe, run_probe, usable_nodes
 from .script import job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
 CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
-QUERY_TTL_S = 1.0  # one squeue call answers the polls of every attempt for this long
+# One squeue call, for every job of the run, answers all polls for this long (option `squeue_interval_s`).
+# A trial's end is seen sooner through its exit file; squeue only says why a job ended without one.
+SQUEUE_INTERVAL_S = 5.0
 EXIT_FILE_GRACE_S = 30.0  # a shared filesystem may show the exit file a little after the job ends
 
 
@@ -78,6 +81,13 @@ class SlurmHandle(TrialHandle):
             if found:
                 self._nodes = found
         return list(self._nodes) if self._nodes else list(self.slot.nodes)
+
+    def started(self) -> bool:
+        """The job's script has run on its node (it wrote the nodes file)."""
+        try:
+            return self.prefix.with_name(self.prefix.name + ".nodes").stat().st_size > 0
+        except OSError:
+            return False
 
     def _read_exit_file(self) -> int | None:
         try:
@@ -180,11 +190,17 @@ class SlurmBackend(Backend):
         else:
             self.devices_per_node = max(1, self.devices_per_slot // self.nodes_per_slot)
         self.start_wait_s = float(options.get("start_wait_s", 10.0))
+        self.squeue_interval_s = float(options.get("squeue_interval_s", SQUEUE_INTERVAL_S))
         self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
         self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
         self.probe = bool(options.get("probe", True))
+        self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
         extra = options.get("extra_sbatch_args") or ()
         self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
+        self.launcher = Launcher.from_options(self.run_dir, options)
+        self.placement = Placement(partition=self.partition, account=self.account,
+                                   reservation=options.get("reservation") or None, qos=options.get("qos") or None,
+                                   constraint=options.get("constraint") or None, extra=self.extra_sbatch_args)
         if self.gpus_per_node < 0:
             raise ValueError("gpus_per_node must be 0 or more")
         self._nodes: list[dict[str, Any]] | None = None
@@ -195,25 +211,14 @@ class SlurmBackend(Backend):
         self._cache: dict[str, dict[str, str]] = {}
         self._cache_at = 0.0
         self._probe_facts: dict[str, Any] | None = None
-        self._probe_error = ""
+        self._placement_notes: dict[str, Any] = {}
 
     # ---- the partition ----
     def partition_nodes(self) -> list[dict[str, Any]]:
-        """Nodes of the partition (sinfo), each with `usable` (up and able to take this run's jobs)."""
+        """Nodes of the partition (sinfo), each with `usable` (up, inside the reservation, with the
+        features and GPUs asked for: able to take this run's jobs); see placement.py."""
         if self._nodes is None:
-            partition = self.partition
-            if partition is None:
-                names = run_slurm(["sinfo", "-h", "-o", "%P"], tries=3).split()
-                defaults = [p.rstrip("*") for p in names if p.endswith("*")]
-                if not defaults:
-                    raise SlurmError("the cluster has no default partition: pass --partition")
-                partition = defaults[0]
-            text = run_slurm(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%c|%m|%G"], tries=3)
-            nodes = parse_sinfo_nodes(text)
-            for node in nodes:
-                if node["gpus"] < self.gpus_per_node:
-                    node["usable"] = False
-            self._partition_name, self._nodes = partition, nodes
+            self._partition_name, self._nodes, self._placement_notes = usable_nodes(self.placement, self.gpus_per_node)
         return self._nodes
 
     def slots(self) -> list[Slot]:
@@ -223,7 +228,10 @@ class SlurmBackend(Backend):
             if self.max_slots:
                 count = min(count, self.max_slots) if self.exclusive else self.max_slots
             if count < 1 or not usable:
-                raise SlurmError(f"partition {self._partition_name!r} has {len(usable)} usable node(s)"
+                where = f" in reservation {self.placement.reservation!r}" if self.placement.reservation else ""
+                if self.placement.constraint:
+                    where += f" with features {self.placement.constraint!r}"
+                raise SlurmError(f"partition {self._partition_name!r} has {len(usable)} usable node(s){where}"
                                  f"{f' with {self.gpus_per_node} GPUs' if self.gpus_per_node else ''}; "
                                  f"a slot needs {self.nodes_per_slot}")
             # Nominal nodes: which node a job lands on is the scheduler's choice (see TrialHandle.nodes).
@@ -267,7 +275,9 @@ class SlurmBackend(Backend):
             stderr=job_path(spec.stderr, self.run_dir), files_prefix=job_path(prefix, self.run_dir),
             nodes=len(slot.nodes), devices_per_node=slot.devices_per_node,
             gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
-            time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args)
+            reservation=self.placement.reservation, qos=self.placement.qos, constraint=self.placement.constraint,
+            time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args,
+            prologue=self.launcher.prologue, wrap=self.launcher.wrap)
 
     # ---- launching ----
     def launch(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
@@ -279,7 +289,7 @@ class SlurmBackend(Backend):
             prefix.with_name(prefix.name + suffix).unlink(missing_ok=True)
         script = prefix.with_name(prefix.name + ".sh")
         script.write_text(self.batch_script(spec, slot))
-        env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable})
+        env = slurm_env({**spec.env, "AIPERF_PYTHON": sys.executable, **self.launcher.env()})
         run_dir = Path(os.path.abspath(self.run_dir))
         # sbatch runs in the run directory: the script's path relative to it (a relative --out
         # would otherwise name the script twice over).
@@ -295,38 +305,44 @@ class SlurmBackend(Backend):
         return handle
 
     def _wait_started(self, handle: SlurmHandle) -> None:
-        """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones.
-        Not when jobs of this run already wait in the queue: then the cluster is busy."""
+        """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones:
+        watch for the nodes file the job writes when it starts (no squeue call of its own). Not when
+        jobs of this run already wait in the queue: then the cluster is busy."""
         if self.start_wait_s <= 0:
             return
-        others_pending = any(h is not handle and (self.job_info(j) or {}).get("state") == "PENDING"
+        # Pending by the last squeue, and still not started by its nodes file (the cache may be older).
+        others_pending = any(h is not handle and not h.started() and (self._cache.get(j) or {}).get("state") == "PENDING"
                              for j, h in self._live.items())
         if others_pending:
             return
         deadline = time.monotonic() + self.start_wait_s
         while time.monotonic() < deadline:
-            info = self.job_info(handle.job_id, fresh=True)
-            if info is None or info["state"] != "PENDING":
+            if handle.started():
                 return
+            info = self.job_info(handle.job_id)  # squeue at most once per squeue_interval_s
+            if info is not None and info["state"] not in ACTIVE_STATES:
+                return  # over already (a running job writes the file in a moment)
             time.sleep(0.2)
 
     # ---- the queue ----
     def job_info(self, job_id: str, fresh: bool = False) -> dict[str, str] | None:
         """{state, reason, nodes, name} of a job of this backend, from one squeue call for all of them
-        (cached for QUERY_TTL_S); state "" when squeue no longer knows it; None when squeue fails."""
+        made at most once per `squeue_interval_s` (or now, with `fresh`); state "" when squeue no
+        longer knows it; None when squeue fails, or has not been asked since the job was submitted."""
         now = time.monotonic()
-        if fresh or now - self._cache_at > QUERY_TTL_S or job_id not in self._cache:
+        if fresh or now - self._cache_at >= self.squeue_interval_s:
             ids = sorted(set(self._live) | {job_id}, key=int)
             try:
                 text = run_slurm(["squeue", "-h", "--states=all", "-o", "%i|%T|%r|%N|%j", "-j", ",".join(ids)])
             except SlurmError as exc:
                 if "Invalid job id" not in str(exc):
+                    self._cache_at = now  # a failing squeue is not asked again at once either
                     return None
                 text = ""  # every one of them has left squeue's memory
             known = parse_squeue(text)
             self._cache = {i: known.get(i, {"state": "", "reason": "", "nodes": "", "name": ""}) for i in ids}
             self._cache_at = now
-        return self._cache[job_id]
+        return self._cache.get(job_id)
 
     def final_state(self, job_id: str, trial_id: str) -> dict[str, str] | None:
         """The end state of a job squeue has forgotten: sacct when accounting is on, else the job
@@ -391,7 +407,7 @@ class SlurmBackend(Backend):
             if not left:
                 break
             scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
-            time.sleep(0.5)
+            time.sleep(1.0)  # a cancelled job takes up to KillWait to leave: no need to ask faster
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """Cancel the jobs a killed controller left for this trial (their ids are in slurm-*.jobid)."""
@@ -416,16 +432,12 @@ class SlurmBackend(Backend):
         usable = [n for n in nodes if n["usable"]]
         slots = self.slots()
         used = usable[: min(len(usable), len(slots) * self.nodes_per_slot)]
-        try:
-            version = run_slurm(["sinfo", "-V"]).strip()
-        except SlurmError:
-            version = ""
         facts: dict[str, Any] = {
             "nodes": len(used),
             "cpu_cores": sum(n["cpus"] for n in used),
             "memory_bytes": sum(n["memory_mb"] for n in used) * 2**20 or None,
             "slurm": {
-                "version": version or None,
+                "version": slurm_version(),
                 "partition": self._partition_name,
                 "partition_nodes": len(nodes),
                 "usable_nodes": len(usable),
@@ -438,56 +450,16 @@ class SlurmBackend(Backend):
                 "gres": sorted({n["gres"] for n in used if n["gres"]}),
             },
         }
-        probe = self.probe_node() if self.probe else {}
-        if probe:
-            facts["cpu_model"] = probe.get("cpu_model") or None
-            for key in ("torch", "cuda", "cuda_build"):
-                if key in probe:
-                    facts[key] = probe[key]
-            facts["slurm"]["probe"] = "ok"
-        elif self.probe:
-            facts["slurm"]["probe"] = self._probe_error
-        if self.gpus_per_node > 0:
-            per_node = (probe.get("accelerators") or [])[: self.gpus_per_node] if probe else []
-            if per_node:
-                accelerators = [per_node[i % len(per_node)] for i in range(len(used) * self.gpus_per_node)]
-                facts.update(accelerators=accelerators, accelerator_model=accelerators[0]["model"],
-                             accelerator_count=len(accelerators))
+        facts["slurm"].update({**self.placement.facts(), **self._placement_notes, "launcher": self.launcher.facts()})
+        apply_probe(facts, self.probe_node() if self.probe else {}, self.gpus_per_node, len(used))
         return facts
 
-    def probe_node(self, timeout: float = 300.0) -> dict[str, Any]:
-        """Run a one-task job on a node of the partition that reports what sysinfo sees there."""
-        if self._probe_facts is not None:
-            return self._probe_facts
-        # torch (slow to import) only where it finds something the controller's machine may lack: GPUs.
-        facts = "s.torch_facts()" if self.gpus_per_node > 0 else "{}"
-        code = (f"import json; from aiperf_runner import sysinfo as s; f = {facts}; "
-                "f['cpu_model'] = s.cpu_model(); print('AIPERF_PROBE ' + json.dumps(f))")
-        name = f"{JOB_PREFIX}.{self.tag}.probe"
-        argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet"]
-        if self.partition:
-            argv.append(f"--partition={self.partition}")
-        if self.account:
-            argv.append(f"--account={self.account}")
-        if self.gpus_per_node > 0:
-            argv.append(f"--gres=gpu:{self.gpus_per_node}")
-        if self.exclusive:
-            argv.append("--exclusive")
-        argv += ["--time=5", sys.executable, "-c", code]
-        self._probe_facts = {}
-        try:
-            out = run_slurm(argv, timeout=timeout)
-        except SlurmError as exc:
-            self._probe_error = f"failed: {str(exc)[:200]}"
-            with contextlib.suppress(SlurmError):  # a probe still waiting in the queue
-                run_slurm(["scancel", "-u", str(os.getuid()), f"--name={name}"])
-            return self._probe_facts
-        for line in out.splitlines():
-            if line.startswith("AIPERF_PROBE "):
-                try:
-                    self._probe_facts = json.loads(line.split(" ", 1)[1])
-                except ValueError:
-                    pass
-        if not self._probe_facts:
-            self._probe_error = "failed: no answer from the probe job"
+    def probe_node(self) -> dict[str, Any]:
+        """What a one-task job where the run's jobs go finds there (placement.run_probe). A probe
+        that fails raises SlurmError: the run stops before it starts, with the reason, rather than
+        describe the controller's machine and fail its plausibility checks hours later."""
+        if self._probe_facts is None:
+            args = self.placement.args() + (["--exclusive"] if self.exclusive else [])
+            self._probe_facts = run_probe(args, f"{JOB_PREFIX}.{self.tag}.probe", self.gpus_per_node, sys.executable,
+                                          self.probe_timeout_s)
         return self._probe_facts

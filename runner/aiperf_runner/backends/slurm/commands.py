@@ -35,6 +35,8 @@ FAILURE_REASONS = {
     "REVOKED": "job revoked",
 }
 USABLE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+# How sinfo shows the idle nodes of an active reservation: usable by a run inside that reservation.
+RESERVED_STATE = "reserved"
 
 
 class SlurmError(OSError):
@@ -71,6 +73,14 @@ def run_slurm(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path |
     raise SlurmError(f"{argv[0]}: {last}")
 
 
+def slurm_version() -> str | None:
+    """`sinfo -V` ('slurm-wlm 22.05.8'), or None when it does not answer."""
+    try:
+        return run_slurm(["sinfo", "-V"]).strip() or None
+    except SlurmError:
+        return None
+
+
 def scancel(job_ids: Iterable[str]) -> None:
     """scancel these jobs, ignoring errors (it also fails when one of them is already over)."""
     ids = sorted(set(job_ids), key=int)
@@ -89,22 +99,27 @@ def count_gpus(gres: str) -> int:
     return total
 
 
-def parse_sinfo_nodes(text: str) -> list[dict[str, Any]]:
-    """Lines of `sinfo -h -N -o '%N|%T|%c|%m|%G'` -> one dict per node (first line of each name)."""
+def parse_sinfo_nodes(text: str, reserved_usable: bool = False) -> list[dict[str, Any]]:
+    """Lines of `sinfo -h -N -o '%N|%T|%c|%m|%G[|%b]'` -> one dict per node (first line of each
+    name); `features` from the optional sixth field (active features). `reserved` nodes are usable
+    only with `reserved_usable` (the run asks for their reservation)."""
     nodes: dict[str, dict[str, Any]] = {}
+    usable_states = USABLE_NODE_STATES | {RESERVED_STATE} if reserved_usable else USABLE_NODE_STATES
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) < 5 or parts[0] in nodes:
             continue
         name, state, cpus, mem, gres = parts[:5]
+        features = parts[5] if len(parts) > 5 and parts[5] != "(null)" else ""
         base = re.sub(r"[*~#!%$@^+-]+$", "", state.lower())
         nodes[name] = {
             "name": name, "state": state.lower(),
-            "usable": base in USABLE_NODE_STATES and not state.endswith("*"),
+            "usable": base in usable_states and not state.endswith("*"),
             "cpus": int(cpus) if cpus.isdigit() else 0,
             "memory_mb": int(mem) if mem.isdigit() else 0,
             "gres": gres if gres != "(null)" else "",
             "gpus": count_gpus(gres),
+            "features": {f for f in features.split(",") if f},
         }
     return list(nodes.values())
 

@@ -35,7 +35,7 @@ def job_argv(argv: tuple[str, ...] | list[str], run_dir: Path) -> list[str]:
     return out
 
 
-def _drop_option(args: list[str], option: str) -> list[str]:
+def drop_option(args: list[str], option: str) -> list[str]:
     """args without `option VALUE` / `option=VALUE`."""
     out: list[str] = []
     skip = False
@@ -51,16 +51,21 @@ def _drop_option(args: list[str], option: str) -> list[str]:
 
 def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: list[str], stdout: str, stderr: str,
                         files_prefix: str, nodes: int = 1, devices_per_node: int = 1, gpus_per_node: int = 0,
-                        partition: str | None = None, account: str | None = None, time_limit: str | None = None,
+                        partition: str | None = None, account: str | None = None, reservation: str | None = None,
+                        qos: str | None = None, constraint: str | None = None, time_limit: str | None = None,
                         exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
+                        prologue: str | None = None, wrap: list[str] | tuple[str, ...] = (),
                         python: str = sys.executable) -> str:
     """The batch script of one attempt. Paths are as given (the backend passes them relative to the
     run directory, the job's working directory); `argv[0] == python` is written as "$AIPERF_PYTHON"
     (set in the job's environment by the backend; `python3` when the script is submitted by hand),
-    so that no absolute path lands in the run."""
+    so that no absolute path lands in the run. `prologue`: a shell file sourced on each of the
+    trial's nodes before the trial program; `wrap`: a command prefix of the trial's processes
+    (`apptainer exec --nv IMAGE`), whose Python is "$AIPERF_TRIAL_PYTHON" when set."""
     q = shlex.quote
     py = '"${AIPERF_PYTHON:-python3}"'
-    words = [py if i == 0 and a == python else q(a) for i, a in enumerate(argv)]
+    trial_py = '"${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}"' if wrap else py
+    words = [trial_py if i == 0 and a == python else q(a) for i, a in enumerate(argv)]
     lines = [
         "#!/bin/bash",
         f"# AIPerf trial {trial_id}, attempt {attempt}: written by aiperf-runner's slurm backend and",
@@ -77,8 +82,9 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         lines.append("#SBATCH --exclusive")
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
-    if account:
-        lines.append(f"#SBATCH --account={account}")
+    for key, value in (("account", account), ("reservation", reservation), ("qos", qos), ("constraint", constraint)):
+        if value:
+            lines.append(f"#SBATCH --{key}={value}")
     if gpus_per_node > 0:
         lines.append(f"#SBATCH --gres=gpu:{gpus_per_node}")
     if time_limit:
@@ -96,36 +102,59 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         f'{py} -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"',
         f'echo "aiperf: trial {trial_id} attempt {attempt}: SLURM job $SLURM_JOB_ID on'
         ' $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"',
+        "# For a prologue and a wrapped trial: which trial, and its nodes (nothing of SLURM needed there).",
+        f'export AIPERF_TRIAL={q(trial_id)} AIPERF_ATTEMPT={attempt} AIPERF_NODES="$(paste -sd, "$nodes_file")"',
         "",
     ]
+    prefix = [q(w) for w in wrap]
+    if prologue and "/" not in prologue:
+        prologue = "./" + prologue  # `source NAME` would look for NAME on PATH first
     if nodes == 1:
-        lines.append(" ".join(words))
-    else:
-        srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
-                "--kill-on-bad-exit=1"]
-        if gpus_per_node > 0:
-            srun.append(f"--gres=gpu:{gpus_per_node}")
-        lines += [
-            "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
-            'head_node=$(head -n 1 "$nodes_file")',
-            # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
-            "head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
-            f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
-        ]
-        if len(argv) >= 3 and argv[1] == "-m":
-            # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
-            # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
-            program = [q(a) for a in _drop_option(argv[1:], "--nproc")]
-            lines.append(" \\\n    ".join([
-                " ".join(srun),
-                f'{py} -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node={devices_per_node}',
-                '--rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
-                " ".join(program),
-            ]))
-        else:  # not a `python -m` program: srun starts every rank itself (SLURM_PROCID...)
-            lines.append(" \\\n    ".join([
-                " ".join(srun).replace("--ntasks-per-node=1", f"--ntasks-per-node={devices_per_node}"),
-                'env MASTER_ADDR="${head_addr:-$head_node}" MASTER_PORT="$rdzv_port"',
-                " ".join(words),
-            ]))
-    return "\n".join(lines) + "\n"
+        if prologue:
+            lines += [
+                "# The site's prologue (--prologue, kept in the run directory), sourced in this shell so that",
+                "# what it exports reaches the trial; a prologue that fails fails the attempt.",
+                f'source {q(prologue)} || {{ rc=$?; echo "aiperf: the prologue failed (exit $rc)" >&2; exit "$rc"; }}',
+            ]
+        lines.append(" ".join(prefix + words))
+        return "\n".join(lines) + "\n"
+    return "\n".join(lines + _multi_node_lines(argv, words, trial_py, devices_per_node, gpus_per_node, prologue,
+                                                 prefix)) + "\n"
+
+
+def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_per_node: int, gpus_per_node: int,
+                      prologue: str | None, prefix: list[str]) -> list[str]:
+    """One srun task per node (each sourcing the prologue, then the wrapped program)."""
+    q = shlex.quote
+    srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
+            "--kill-on-bad-exit=1"]
+    if gpus_per_node > 0:
+        srun.append(f"--gres=gpu:{gpus_per_node}")
+    if prologue:
+        prefix = ["bash -c " + q(f'source {q(prologue)} && exec "$@"') + " aiperf-prologue", *prefix]
+    lines = [
+        "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
+        'head_node=$(head -n 1 "$nodes_file")',
+        # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
+        "head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
+        f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
+    ]
+    if len(argv) >= 3 and argv[1] == "-m":
+        # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
+        # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.
+        program = [q(a) for a in drop_option(argv[1:], "--nproc")]
+        lines.append(" \\\n    ".join(filter(None, [
+            " ".join(srun),
+            " ".join(prefix),
+            f'{trial_py} -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node={devices_per_node}',
+            '--rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"',
+            " ".join(program),
+        ])))
+    else:  # not a `python -m` program: srun starts every rank itself (SLURM_PROCID...)
+        lines.append(" \\\n    ".join(filter(None, [
+            " ".join(srun).replace("--ntasks-per-node=1", f"--ntasks-per-node={devices_per_node}"),
+            " ".join(prefix),
+            'env MASTER_ADDR="${head_addr:-$head_node}" MASTER_PORT="$rdzv_port"',
+            " ".join(words),
+        ])))
+    return lines

@@ -1,0 +1,245 @@
+"""The `slurm-steps` backend: the controller runs inside one SLURM allocation (an `sbatch` job, e.g.
+scripts/slurm-steps.sbatch, or `salloc`), and every attempt of every trial is a job step of it,
+`srun --exact` on its slot's nodes.
+
+Slots come from the allocation's node list (`SLURM_JOB_NODELIST`): one per `nodes_per_slot` nodes;
+`slots` beyond that (with one node per slot) share the nodes, their CPUs split between them. No
+trial waits in the queue: the allocation is held for the whole run, as MLPerf HPC and HPL runs are.
+The price is the one-job-per-trial backend's isolation (see docs/slurm.md): the run ends with the
+allocation.
+
+Each step is an `srun` process of the controller (its exit status is the trial's; its output goes
+to the trial's stdout.log and stderr.log). One node per slot: the step runs the trial program
+(`--nproc K`). Several: one `torchrun` per node, meeting at a c10d rendezvous on the slot's first
+node (its NodeAddr, looked up here, so nothing in the step needs the SLURM client). `--prologue`
+and `--wrap` work as with the `slurm` backend (launcher.py); the step's environment has
+AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options: `nodes_per_slot`, `gpus_per_node`,
+`slots`, `devices_per_slot`, `probe`, `probe_timeout_s`, `prologue`, `wrap`, `trial_python`,
+`stop_wait_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import IO, Any
+
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.hostlist import HostlistError, expand_hostlist
+
+from .backend import CANCELLED_STATUS, JOB_PREFIX
+from .commands import SlurmError, run_slurm, slurm_version
+from .launcher import Launcher
+from .placement import apply_probe, run_probe
+from .script import drop_option, job_argv
+
+RDZV_PORT_BASE = 29500
+# Options of the one-job-per-trial backend that belong to the allocation here (sbatch/salloc's).
+ALLOCATION_OPTIONS = ("partition", "account", "reservation", "qos", "constraint", "time_limit", "extra_sbatch_args")
+
+
+def cpus_per_node(spec: str, nodes: int) -> list[int]:
+    """SLURM_JOB_CPUS_PER_NODE ('2(x3),1') -> one count per node ([2, 2, 2, 1])."""
+    out: list[int] = []
+    for item in filter(None, spec.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if not m:
+            raise SlurmError(f"cannot read SLURM_JOB_CPUS_PER_NODE {spec!r}")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    if len(out) != nodes:
+        raise SlurmError(f"SLURM_JOB_CPUS_PER_NODE {spec!r} does not match the allocation's {nodes} node(s)")
+    return out
+
+
+class StepHandle(TrialHandle):
+    """One attempt = one job step: the `srun` process that runs it."""
+
+    def __init__(self, spec: LaunchSpec, slot: Slot, proc: subprocess.Popen[bytes], name: str, job_id: str,
+                 stop_wait_s: float) -> None:
+        self.spec, self.slot, self.proc, self.name, self.job_id = spec, slot, proc, name, job_id
+        self.stop_wait_s = stop_wait_s
+        self._cancelled = False
+
+    def poll(self) -> int | None:
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        return CANCELLED_STATUS if self._cancelled else rc
+
+    def cancel(self) -> None:
+        """SIGTERM to srun cancels the step (SLURM kills its tasks on every node); SIGKILL after
+        `stop_wait_s` if srun is still there."""
+        if self.proc.poll() is not None:
+            return
+        self._cancelled = True
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=self.stop_wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def describe_failure(self) -> str:
+        rc = self.poll()
+        if rc in (None, 0):
+            return ""
+        what = "cancelled by the runner" if self._cancelled else f"exit status {rc}"
+        return f"{what} [SLURM job {self.job_id}, step {self.name}]"
+
+
+class SlurmStepsBackend(Backend):
+    """Trials as job steps of the allocation the controller runs in; see the module docstring."""
+
+    name = "slurm-steps"
+
+    def __init__(self, run_dir: Path, nodes_per_slot: int = 1, gpus_per_node: int = 0, slots: int | None = None,
+                 **options: Any) -> None:
+        super().__init__(run_dir, nodes_per_slot=nodes_per_slot, gpus_per_node=gpus_per_node, slots=slots, **options)
+        given = [k for k in ALLOCATION_OPTIONS if options.get(k)]
+        if given:
+            raise ValueError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: with slurm-steps these are "
+                             "options of the allocation: give them to sbatch or salloc")
+        self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+        if not self.job_id or not nodelist:
+            raise SlurmError("the slurm-steps backend runs inside a SLURM allocation (sbatch or salloc): "
+                             "SLURM_JOB_ID and SLURM_JOB_NODELIST are not set")
+        try:
+            self.nodes = expand_hostlist(nodelist)
+        except HostlistError as exc:
+            raise SlurmError(f"cannot read SLURM_JOB_NODELIST: {exc}") from None
+        self.cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(self.nodes))
+        self.nodes_per_slot = positive_int_option(self.options, "nodes_per_slot") or 1
+        self.gpus_per_node = int(gpus_per_node or 0)
+        self.devices_per_node = self.gpus_per_node or max(1, self.devices_per_slot // self.nodes_per_slot)
+        self.probe = bool(options.get("probe", True))
+        self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
+        self.stop_wait_s = float(options.get("stop_wait_s", 30.0))
+        self.launcher = Launcher.from_options(self.run_dir, options)
+        self._slots: list[Slot] | None = None
+        self._addr: dict[str, str] = {}
+        self._live: dict[str, StepHandle] = {}
+
+    def slots(self) -> list[Slot]:
+        if self._slots is None:
+            groups = [tuple(self.nodes[i:i + self.nodes_per_slot])
+                      for i in range(0, len(self.nodes) - self.nodes_per_slot + 1, self.nodes_per_slot)]
+            if not groups:
+                raise SlurmError(f"the allocation has {len(self.nodes)} node(s); a slot needs {self.nodes_per_slot}")
+            count = self.requested_slots or len(groups)
+            if count > len(groups) and self.nodes_per_slot > 1:
+                raise SlurmError(f"{count} slots of {self.nodes_per_slot} nodes need {count * self.nodes_per_slot} "
+                                 f"nodes; the allocation has {len(self.nodes)}")
+            self._slots = [Slot(index=i, nodes=groups[i % len(groups)], devices_per_node=self.devices_per_node,
+                                device_type="cuda" if self.gpus_per_node else "cpu") for i in range(count)]
+        return list(self._slots)
+
+    def _cpus_per_task(self, slot: Slot) -> int:
+        sharing = sum(s.nodes == slot.nodes for s in self.slots())
+        return max(1, min(self.cpus[self.nodes.index(n)] for n in slot.nodes) // sharing)
+
+    def _node_addr(self, node: str) -> str:
+        """NodeAddr of `node` (the rendezvous of a multi-node slot), else its name."""
+        if node not in self._addr:
+            self._addr[node] = node
+            with contextlib.suppress(SlurmError):
+                found = re.search(r"\bNodeAddr=(\S+)", run_slurm(["scontrol", "show", "node", node, "-o"]))
+                if found:
+                    self._addr[node] = found.group(1)
+        return self._addr[node]
+
+    def step_argv(self, spec: LaunchSpec, slot: Slot) -> list[str]:
+        """The srun command of one attempt (run in the run directory)."""
+        k = len(slot.nodes)
+        python = self.launcher.trial_python or sys.executable
+        argv = job_argv(spec.argv, self.run_dir)
+        srun = ["srun", "--exact", f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1",
+                f"--cpus-per-task={self._cpus_per_task(slot)}", f"--nodelist={','.join(slot.nodes)}",
+                f"--job-name={self.step_name(spec)}", "--kill-on-bad-exit=1"]
+        if self.gpus_per_node:
+            srun.append(f"--gres=gpu:{self.gpus_per_node}")
+        prefix = list(self.launcher.wrap)
+        if self.launcher.prologue:
+            prefix = ["bash", "-c", f'source ./{self.launcher.prologue} && exec "$@"', "aiperf-prologue", *prefix]
+        if argv[0] == sys.executable:
+            argv = [python, *argv[1:]]
+        if k == 1 or len(argv) < 3 or argv[1] != "-m":
+            return [*srun, *prefix, *argv]
+        port = RDZV_PORT_BASE + zlib.crc32(f"{spec.trial_id}.{spec.attempt}".encode()) % 10000
+        return [*srun, *prefix, python, "-m", "torch.distributed.run", f"--nnodes={k}",
+                f"--nproc-per-node={slot.devices_per_node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={self._node_addr(slot.nodes[0])}:{port}",
+                f"--rdzv-id={self.job_id}.{spec.trial_id}.{spec.attempt}", *drop_option(argv[1:], "--nproc")]
+
+    def step_name(self, spec: LaunchSpec) -> str:
+        return f"{JOB_PREFIX}.{self.job_id}.{spec.trial_id}.{spec.attempt}"
+
+    def launch(self, spec: LaunchSpec, slot: Slot) -> StepHandle:
+        spec.trial_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.step_argv(spec, slot)
+        env = {**os.environ, **spec.env, "AIPERF_PYTHON": sys.executable, **self.launcher.env(),
+               "AIPERF_TRIAL": spec.trial_id, "AIPERF_ATTEMPT": str(spec.attempt), "AIPERF_NODES": ",".join(slot.nodes)}
+        (spec.trial_dir / f"slurm-{spec.attempt}.step").write_text(f"{self.job_id} {self.step_name(spec)}\n")
+        out: IO[bytes]
+        with open(spec.stdout, "ab") as out, open(spec.stderr, "ab") as err:
+            out.write(f"aiperf: trial {spec.trial_id} attempt {spec.attempt}: step of SLURM job {self.job_id} "
+                      f"on {','.join(slot.nodes)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(argv, cwd=self.run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        handle = StepHandle(spec, slot, proc, self.step_name(spec), self.job_id, self.stop_wait_s)
+        self._live[handle.name] = handle
+        return handle
+
+    # ---- what is left of a run ----
+    def _steps(self) -> dict[str, str]:
+        """{step id: name} of this run's steps still in the allocation."""
+        text = run_slurm(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"], tries=2)
+        prefix = f"{JOB_PREFIX}.{self.job_id}."
+        return {i: n for i, n in (line.split("|", 1) for line in text.split() if "|" in line) if n.startswith(prefix)}
+
+    def reap_orphan(self, trial_dir: Path) -> str | None:
+        """Cancel the steps of this trial a killed controller left running in this allocation."""
+        trial = Path(trial_dir).name
+        try:
+            ids = [i for i, n in self._steps().items() if n.rsplit(".", 2)[-2] == trial]
+        except SlurmError:
+            return None
+        if not ids:
+            return None
+        with contextlib.suppress(SlurmError):
+            run_slurm(["scancel", *ids])
+        return f"cancelled SLURM step(s) {', '.join(ids)} left by the previous controller"
+
+    def shutdown(self) -> None:
+        for handle in list(self._live.values()):
+            handle.cancel()
+        self._live.clear()
+        with contextlib.suppress(SlurmError):
+            left = self._steps()
+            if left:
+                run_slurm(["scancel", *left])
+
+    # ---- facts ----
+    def system_facts(self) -> dict[str, Any]:
+        used = sorted({n for s in self.slots() for n in s.nodes}, key=self.nodes.index)
+        facts: dict[str, Any] = {
+            "nodes": len(used),
+            "cpu_cores": sum(self.cpus[self.nodes.index(n)] for n in used),
+            "slurm": {"version": slurm_version(), "mode": "steps", "allocation_nodes": len(self.nodes),
+                      "nodes_per_slot": self.nodes_per_slot, "gpus_per_node": self.gpus_per_node,
+                      "cpus_per_node": sorted(set(self.cpus)), "launcher": self.launcher.facts()},
+        }
+        if self.probe:
+            # A step on the first node (the allocation's environment makes srun a step, not a job).
+            probe = run_probe(["--exact", f"--nodelist={used[0]}"], f"{JOB_PREFIX}.{self.job_id}.probe",
+                              self.gpus_per_node, sys.executable, self.probe_timeout_s, env=dict(os.environ))
+            apply_probe(facts, probe, self.gpus_per_node, len(used))
+        return facts

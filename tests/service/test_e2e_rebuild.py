@@ -1,0 +1,63 @@
+"""`manage.py aiperf_rebuild --check` on PostgreSQL: the end-to-end results rebuilt from their bundles
+with zero differences (demo results and refused uploads, which keep no bundle, skipped), and a stored figure changed behind the
+service's back found. About 40 s (a stack, two verified uploads, three rebuilds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devdata.runfactory import make_run
+from tests.helpers import REPO
+from tests.service.stack import Stack, witnessed_stack
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with witnessed_stack(tmp_path_factory.mktemp("rebuild")) as s:
+        yield s
+
+
+def rebuild(stack: Stack, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", "aiperf_rebuild", "--check", *args], cwd=REPO,
+                          env=stack.env, capture_output=True, text=True, timeout=300)
+
+
+def scratch_databases(stack: Stack) -> list[str]:
+    return [r[0] for r in stack.sql("SELECT datname FROM pg_database WHERE datname LIKE 'aiperf_rebuild_%%'")]
+
+
+def test_rebuilt_results_equal_the_stored_ones(stack, tmp_path):
+    # Beta's epochs repeat Alpha's (same timings): refused as a duplicate (a refused bundle is not kept, so
+    # there is nothing to rebuild it from; it must not disturb the others).
+    for name, epoch_s, status in (("Rebuild Alpha", 10.0, "verified"), ("Rebuild Beta", 10.0, "rejected"),
+                                  ("Rebuild Gamma", 5.0, "verified")):
+        token, config = stack.new_site(name, "DE")
+        make_run(tmp_path / name, slots=2, trials=5, epoch_seconds=epoch_s, seed=len(name))
+        sub = stack.submit(tmp_path / name, token, config)
+        assert sub["status"] == status, json.dumps(sub)[:1500]
+    stack.manage("aiperf_demo_data", "--results", "6")  # generated results: no bundle to rebuild from
+    before = scratch_databases(stack)
+    out = rebuild(stack, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    print(f"aiperf_rebuild --check: {report['reverified']} re-verified, {report['skipped_without_bundle']} skipped, "
+          f"{len(report['differ'])} differ")
+    assert report["reverified"] == 2 and report["compared"] == 2 and report["differ"] == []
+    assert report["skipped_without_bundle"] >= 7
+    assert scratch_databases(stack) == before  # the scratch database is dropped
+
+
+def test_a_result_changed_behind_the_services_back_is_found(stack):
+    result = stack.sql("SELECT id, submission_id FROM leaderboard_result WHERE submission_id IN "
+                       "(SELECT id FROM leaderboard_submission WHERE bundle <> '') ORDER BY id LIMIT 1")[0]
+    stack.sql("UPDATE leaderboard_result SET score_ops = score_ops * 2 WHERE id = %s RETURNING id", result[0])
+    out = rebuild(stack)
+    assert out.returncode != 0
+    assert f"submission {result[1]} " in out.stdout and "score_ops" in out.stdout, out.stdout + out.stderr
+    assert "1 of 2 result(s) differ" in out.stdout + out.stderr

@@ -1,0 +1,69 @@
+"""What the schemathesis run found (tests/service/test_e2e_fuzz_api.py), each checked in-process against
+the served schema through Django's WSGI app: about 3 s.
+
+- a list with `?format=json` answers a bare array, which the schema now allows beside the page;
+- a site's blank `url` matched both branches of the schema's `oneOf` (it is a plain string now);
+- DRF's own errors (an unknown `?format=`, a missing object, a refused form) came without the
+  `check` the documented error answers require;
+- /api/v1/witness/ answers null fingerprints before a witness key exists.
+"""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
+
+from server.wsgi import application
+from tests.service.conftest import new_site
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def schema():
+    return schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+
+
+def call(schema, path: str, method: str, **parts):
+    case = schema[path][method].Case(**parts)
+    response = case.call()
+    case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
+    return response
+
+
+def test_a_json_export_is_a_valid_list_answer(schema):
+    new_site("Blank URL site")  # url "" (it matched both branches of the old oneOf)
+    for path in ("/api/v1/sites/", "/api/v1/systems/", "/api/v1/results/", "/api/v1/leaderboard/",
+                 "/api/v1/submissions/", "/api/v1/editions/"):
+        exported = call(schema, path, "GET", query={"format": "json"})
+        assert exported.status_code == 200 and isinstance(exported.json(), list), path
+        page = call(schema, path, "GET")
+        assert isinstance(page.json(), dict) and "count" in page.json(), path
+
+
+def test_errors_name_their_check(schema):
+    a = new_site("Error site")
+    headers = {"Authorization": f"Token {a.token}"}
+    unknown_format = call(schema, "/api/v1/runs/", "POST", headers=headers, query={"format": "AAA"},
+                          body={"system": 1, "preset": "smoke", "rules": "v2", "precision": "fp32", "slots": 1,
+                                "devices_per_slot": 1, "duration_s": 60, "runner_version": "2"},
+                          media_type="application/json")
+    assert unknown_format.status_code == 404 and unknown_format.json()["check"] == "not_found"
+    refused = call(schema, "/api/v1/runs/", "POST", headers=headers, media_type="application/json",
+                   body={"system": 1, "preset": "smoke", "rules": "nope", "precision": "fp32", "slots": 1,
+                         "devices_per_slot": 1, "duration_s": 60, "runner_version": "2"})
+    body = refused.json()
+    assert refused.status_code == 400 and body["check"] == "request"
+    assert body["rules"] and body["detail"].startswith("rules: ")  # the field errors stay as they were
+    missing = call(schema, "/api/v1/submissions/{id}/evidence/", "POST", headers=headers,
+                   path_parameters={"id": 999999}, body={"trial": "0", "weights": b"x"},
+                   media_type="multipart/form-data")
+    assert missing.status_code == 404 and missing.json()["check"] == "not_found"
+
+
+def test_witness_without_a_key_is_valid(schema, settings, tmp_path):
+    settings.AIPERF_WITNESS_KEY_FILE = tmp_path / "none.pem"
+    answer = call(schema, "/api/v1/witness/", "GET")
+    assert answer.json()["fingerprint"] is None

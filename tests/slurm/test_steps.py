@@ -1,0 +1,103 @@
+"""The single-allocation mode on the one-node cluster: the controller runs inside an sbatch job
+(scripts/slurm-steps.sbatch, as an operator submits it) with two slots, and every trial is a job
+step of that job, seen with `squeue --steps` while the run goes (the test clusters keep no
+accounting, so `sacct` cannot list steps there); and a two-node slot as one step with a torchrun
+on each node, under `salloc` on the two-node cluster. ~50 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiperf_runner.backends.slurm.steps import SlurmStepsBackend, cpus_per_node
+
+from tests.helpers import REPO
+from tests.slurm.cluster import env_for, read_events, slurm, verify_ok
+from tests.slurm.test_launcher import launcher_files
+
+
+def test_cpus_per_node() -> None:
+    assert cpus_per_node("2(x3),1", 4) == [2, 2, 2, 1]
+    assert cpus_per_node("8", 1) == [8]
+    with pytest.raises(OSError):
+        cpus_per_node("2(x2)", 3)
+
+
+def test_outside_an_allocation_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(OSError, match="inside a SLURM allocation"):
+        SlurmStepsBackend(tmp_path)
+    with pytest.raises(ValueError, match="--reservation, --time-limit: with slurm-steps"):
+        SlurmStepsBackend(tmp_path, reservation="r", time_limit="1:00:00")
+
+
+def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    env = env_for(one_node, AIPERF_RUNNER=f"{sys.executable} -m aiperf_runner", FAKE_EPOCH_S="1")
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", "--time=10", f"--output={tmp_path / 'controller.out'}",
+         f"--chdir={REPO}", str(REPO / "scripts" / "slurm-steps.sbatch"),
+         "--preset", "smoke", "--duration", "20s", "--slots", "2", "--out", str(run_dir),
+         "--trial-module", "tests.runner.fake_trial"],
+        env=env, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    steps: dict[str, str] = {}
+    deadline = time.monotonic() + 150
+    try:
+        while time.monotonic() < deadline:
+            text = slurm(one_node, "squeue", "-h", "-s", "-j", job, "-o", "%i|%j", check=False)
+            steps.update(line.split("|", 1) for line in text.split() if "|" in line)
+            left = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], env=env, capture_output=True, text=True)
+            if left.returncode == 0 and not left.stdout.strip():  # not a squeue that failed to answer
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the controller's job {job} did not end")
+    finally:
+        slurm(one_node, "scancel", job, check=False)
+    out = (tmp_path / "controller.out").read_text()
+    assert "run finished (duration)" in out, out[-3000:]  # not stopped by the script's --signal (5 min before the limit)
+    events = read_events(run_dir)
+    assert events[0]["type"] == "run_started" and events[0]["slots"] == 2
+    started = [e for e in events if e["type"] == "trial_started"]
+    assert {e["slot"] for e in started} == {0, 1}
+    # Every attempt that started is a step of the controller's job, named after the trial and attempt.
+    names = set(steps.values())
+    ran = {f"aiperf.{job}.{e['trial']}.{e['attempt']}" for e in started}
+    assert len(ran & names) >= 2, (ran, steps)
+    assert all(i.startswith(f"{job}.") for i in steps)
+    assert "step of SLURM job" in (run_dir / "trials" / "t0000" / "stdout.log").read_text()
+    system = json.loads((run_dir / "run.json").read_text())["system"]
+    assert system["slurm"]["mode"] == "steps" and system["slurm"]["probe"] == "ok"
+    verify_ok(run_dir)
+
+
+DRIVER = """
+import sys
+from pathlib import Path
+from aiperf_runner.backends.slurm.steps import SlurmStepsBackend
+from tests.backends.test_conformance import spec_for, wait_done
+backend = SlurmStepsBackend(Path(sys.argv[1]), nodes_per_slot=2, probe=False, prologue=sys.argv[2], wrap=sys.argv[3])
+[slot] = backend.slots()
+print("AIPERF_RC", wait_done(backend.launch(spec_for(backend, "t0000", "ok"), slot), timeout=90), *slot.nodes)
+"""
+
+
+def test_a_two_node_slot_is_one_step_with_torchrun_on_each_node(two_node: Path, tmp_path: Path) -> None:
+    markers, prologue, wrapper = launcher_files(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # salloc runs the driver (a stand-in controller) on this machine with the allocation's environment.
+    proc = subprocess.run(["salloc", "--nodes=2", "--time=5", sys.executable, "-c", DRIVER, str(run_dir),
+                           str(prologue), str(wrapper)],
+                          env=env_for(two_node, MARKERS=str(markers)), capture_output=True, text=True, timeout=150,
+                          cwd=str(REPO))
+    assert "AIPERF_RC 0 n1 n2" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for node in ("n1", "n2"):
+        assert (markers / f"prologue.t0000.1.{node}").read_text().strip() == "n1,n2"
+        wrapped = (markers / f"wrap.t0000.1.{node}").read_text()
+        assert "torch.distributed.run --nnodes=2" in wrapped and "--rdzv-endpoint=127.0.0.1:" in wrapped, wrapped
+    assert (run_dir / "trials" / "t0000" / "out" / "done").exists()
