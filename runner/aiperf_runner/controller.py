@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import secrets
@@ -37,7 +38,7 @@ from typing import Any
 from aiperf_runner import __version__
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
-from aiperf_runner.proposals import ProposalBuffer, make_search
+from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
 from aiperf_runner.runconfig import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
 from aiperf_runner.runlock import LOCK_FILE, controller_alive, lock, unlock
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
@@ -54,6 +55,7 @@ from aiperf_runner.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.witnessing import WitnessedLog, Witnessing, ask_token, first_line_hash, token_interval
 
 POLL_S = 0.1
+MIN_TICK_S = 0.02  # with a backend that reports news: the shortest loop, so that news is handled in batches
 __all__ = ["Controller", "ControllerError", "RunConfig", "controller_alive", "LOCK_FILE", "PRECISIONS", "TRIAL_MODULE"]
 STDERR_TAIL_CHARS = 2000
 # A backend that refuses this many launches in a row, with none accepted in between, is broken
@@ -91,8 +93,11 @@ class Controller:
         self._lock_fh = lock_fh
         self.progress = progress
         self.slots = backend.slots()
-        self.buffer = ProposalBuffer(search, target=max(2, min(len(self.slots), 8)))
+        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)))
         self.running: dict[int, Running] = {}  # slot index -> attempt
+        self._slot_of: dict[TrialHandle, int] = {}  # running handle -> slot index
+        self._free = [slot.index for slot in self.slots]  # a heap: the lowest free slot is filled first
+        self._slot_by_index = {slot.index: slot for slot in self.slots}
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
         self.witnessing: Witnessing | None = None
@@ -176,8 +181,8 @@ class Controller:
             unlock(lock_fh, run_dir)
             raise
         self.buffer.start()
-        # Candidates for the first wave are made before the clock starts: no slot starts idle.
-        self.buffer.wait_ready(min(len(self.slots), self.buffer.target), timeout=120)
+        # Candidates for the whole first wave are made before the clock starts: no slot starts idle.
+        self.buffer.wait_ready(len(self.slots), timeout=max(120.0, 0.1 * len(self.slots)))
         witnessed = {"token": token["token"]} if token else {}
         self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
                   slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
@@ -265,6 +270,7 @@ class Controller:
         """Run until the duration is over, a stop is requested or the search is exhausted."""
         reason = "stopped"
         try:
+            news: set[TrialHandle] | None = None  # first pass: look at everything
             while True:
                 if self._stop_reason is not None:
                     reason = self._stop_reason
@@ -272,14 +278,14 @@ class Controller:
                 if time.time() >= self.deadline:
                     reason = "duration"
                     break
-                self._check_running()
+                self._check_running(news)
                 self._fill_slots()
                 self._witness()
                 if not self.running and not self.state.waiting() and self.buffer.idle_exhausted:
                     reason = "exhausted"
                     break
                 self._report_progress()
-                time.sleep(POLL_S)
+                news = self._wait_for_news()
         except BaseException as exc:
             # A failure of the controller itself: stop cleanly, keep the log valid, then re-raise.
             try:
@@ -290,14 +296,31 @@ class Controller:
         self._finish(reason)
         return reason
 
-    def _check_running(self) -> None:
-        for slot_index, run in list(self.running.items()):
+    def _wait_for_news(self) -> set[TrialHandle] | None:
+        """The attempts with news, from the backend's own channel when it has one (None: look at
+        every running attempt). Waits at least MIN_TICK_S, so that news arriving by the hundred per
+        second is handled in batches, and at most POLL_S."""
+        started = time.monotonic()
+        news = self.backend.wait_changed(POLL_S)
+        rest = MIN_TICK_S - (time.monotonic() - started)
+        if news is not None and rest > 0:
+            time.sleep(rest)
+            news |= self.backend.wait_changed(0.0) or set()
+        return news
+
+    def _check_running(self, news: set[TrialHandle] | None = None) -> None:
+        """Copy new epochs and close ended attempts: of those in `news`, or of every running one."""
+        if news is None:
+            items = list(self.running.items())
+        else:
+            items = [(i, self.running[i]) for i in (self._slot_of.get(h) for h in news) if i is not None]
+        for slot_index, run in items:
             tail = self._tail(run.trial.trial)
             self._copy_epochs(run.trial, tail)
             rc = run.handle.poll()
             if rc is None:
                 continue
-            del self.running[slot_index]
+            self._release(slot_index)
             self._copy_epochs(run.trial, tail)
             result = tail.result_for(run.attempt)
             if result is not None:  # the trial completed (even if its process then died in teardown)
@@ -341,15 +364,25 @@ class Controller:
         self._say(f"{tr.trial} attempt {attempt} failed ({error.splitlines()[0][:120] if error else ''})"
                   + ("; retrying" if retry else "; giving up"))
 
+    def _release(self, slot_index: int) -> None:
+        run = self.running.pop(slot_index)
+        self._slot_of.pop(run.handle, None)
+        self.tails.pop(run.trial.trial, None)  # a retry reads the trial's log afresh
+        heapq.heappush(self._free, slot_index)
+
     def _fill_slots(self) -> None:
-        for slot in self.slots:
-            if slot.index in self.running:
-                continue
+        """Each free slot once, lowest first: work that grows with the free slots, not all of them."""
+        refused: list[int] = []
+        while self._free:
             waiting = self.state.waiting()
             tr = waiting[0] if waiting else self._next_trial()
             if tr is None:
-                return
-            self._launch(tr, slot)
+                break
+            index = heapq.heappop(self._free)
+            if not self._launch(tr, self._slot_by_index[index]):
+                refused.append(index)
+        for index in refused:
+            heapq.heappush(self._free, index)
 
     def _next_trial(self) -> TrialState | None:
         candidate = self.buffer.take()
@@ -378,7 +411,7 @@ class Controller:
                   epoch_budget=budget)
         return self.state.trials[trial_id]
 
-    def _launch(self, tr: TrialState, slot: Slot) -> None:
+    def _launch(self, tr: TrialState, slot: Slot) -> bool:
         attempt = tr.last_attempt + 1
         trial_dir = self.run_dir / "trials" / tr.trial
         argv = (sys.executable, "-m", self.config.trial_module, str(trial_dir.resolve()),
@@ -396,11 +429,13 @@ class Controller:
                 raise ControllerError(f"the {self.config.backend} backend failed to launch "
                                       f"{self._launch_failures_in_a_row} attempts in a row; the last: "
                                       f"{type(exc).__name__}: {exc}") from exc
-            return
+            return False
         self._launch_failures_in_a_row = 0
         self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(handle.nodes),
                   devices=slot.world_size)
         self.running[slot.index] = Running(tr, attempt, slot, handle)
+        self._slot_of[handle] = slot.index
+        return True
 
     def _tail(self, trial: str) -> TrialTail:
         tail = self.tails.get(trial)
@@ -430,7 +465,7 @@ class Controller:
             # A trial cancelled just after writing its weights did not finish: they count for nothing.
             (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
             self.hparams.tell(run.trial.trial, None)
-            del self.running[slot_index]
+            self._release(slot_index)
         fields = {"reason": reason}
         if error:
             fields["error"] = error

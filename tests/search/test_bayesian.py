@@ -155,3 +155,19 @@ def test_propose_in_a_thread_while_observing(seed_graph):
     t.join()
     assert not errors
     assert len({p.arch_hash for p in proposals}) == 10
+
+
+def test_a_batch_is_distinct_new_architectures_best_first(seed_graph):
+    s = ArchitectureSearch(seed_graph, rng_seed=2, n_neighbours=4, max_expansions=4)
+    first = s.propose_batch(6)  # the seed, then its children from the same pass
+    assert first[0].arch_hash == seed_graph.hash() and 1 < len(first) <= 6
+    rng = random.Random(0)
+    for p in first:
+        s.observe(p.arch_hash, _fake_accuracy(p.graph, rng))
+    batch = s.propose_batch(8)
+    assert 1 < len(batch) <= 8
+    hashes = [p.arch_hash for p in first + batch]
+    assert len(set(hashes)) == len(hashes) and all(p.arch_hash == p.graph.hash() for p in batch)
+    acquisitions = [p.acquisition for p in batch]
+    assert acquisitions == sorted(acquisitions, reverse=True)
+    assert all(s.propose().arch_hash not in hashes for _ in range(3))  # never proposed again

@@ -155,7 +155,10 @@ class SimBackend(Backend):
                        for i in range(self.requested_slots or 1)]
         self._heap: list[_Due] = []
         self._order = itertools.count()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the scheduler waits on it
+        self._news_cond = threading.Condition(lock)  # the controller waits on it (wait_changed)
+        self._news: set[TrialHandle] = set()
         self._stopped = False
         self._threads: list[InProcessHandle] = []
         self._live: set[SimAttempt] = set()
@@ -183,6 +186,17 @@ class SimBackend(Backend):
             self._live.add(attempt)
             self._push(time.time(), attempt)  # planned on the scheduler's thread, not the controller's
         return attempt
+
+    def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
+        """The attempts that wrote a line or ended since the last call (the scheduler says so);
+        threads running other commands (the conformance suite's) are reported as news too."""
+        with self._news_cond:
+            if not self._news:
+                self._news_cond.wait(timeout)
+            news, self._news = self._news, set()
+        if self._threads:
+            news.update(self._threads)
+        return news
 
     def cancel(self, attempt: SimAttempt) -> None:
         with self._cond:  # the scheduler writes under this lock: after it, nothing more is written
@@ -214,6 +228,11 @@ class SimBackend(Backend):
             attempt.writer = None
         attempt.returncode = rc
         self._live.discard(attempt)
+        self._tell(attempt)
+
+    def _tell(self, attempt: SimAttempt) -> None:
+        self._news.add(attempt)
+        self._news_cond.notify_all()
 
     def _loop(self) -> None:
         with self._cond:
@@ -287,6 +306,8 @@ class SimBackend(Backend):
         attempt.epoch, attempt.started, attempt.best = epoch, at, max(attempt.best, acc)
         if epoch >= attempt.budget:
             self._result(attempt)
+        else:
+            self._tell(attempt)
 
     def _result(self, attempt: SimAttempt) -> None:
         assert attempt.writer is not None  # no weights: a simulated trial has none to keep

@@ -270,17 +270,31 @@ class ArchitectureSearch:
 
     def propose(self) -> Proposal | None:
         """The next architecture to train; None when no new architecture can be found."""
+        batch = self.propose_batch(1)
+        return batch[0] if batch else None
+
+    def propose_batch(self, count: int) -> list[Proposal]:
+        """Up to `count` new architectures from one model fit and one annealing pass: the distinct
+        candidates of highest acquisition among those the pass visited (at most `max_expansions`
+        x `n_neighbours`), best first. Without fantasised results a batch ignores what its own
+        members will teach the model; at thousands of slots results arrive by the hundred per
+        second anyway, and one pass per batch is what lets proposals keep up. Empty when no new
+        architecture can be found."""
         with self._search_lock, blas_single_thread():
             self._drain()
+            out: list[Proposal] = []
             if self.seed_hash not in self._archs and self.seed_hash not in self._known:
-                return self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None)
+                out.append(self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None))
+                if count <= 1:
+                    return out
             self._refit()
-            found = self._anneal()
-            if found is None:
+            out += self._anneal(count - len(out))
+            if not out:
                 found = self._random_fallback()
-            return found
+                out = [found] if found is not None else []
+            return out
 
-    def _anneal(self) -> Proposal | None:
+    def _anneal(self, count: int = 1) -> list[Proposal]:
         counter = itertools.count()
         heap: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
         if self._obs_hashes:
@@ -321,13 +335,17 @@ class ArchitectureSearch:
         candidates.sort(key=lambda c: (c[0], c[1]))
         with self._inbox_lock:
             known = set(self._known)
+        chosen: list[Proposal] = []
         for neg_acq, _, graph, root, ops, details in candidates:
+            if len(chosen) >= count:
+                break
             h = graph.hash()
             if h in known:
                 continue
-            graph.validate()  # morphisms are valid by construction; checked once on the chosen one
-            return self._accept(h, graph, root, ops, details, -neg_acq)
-        return None
+            known.add(h)
+            graph.validate()  # morphisms are valid by construction; checked once on each chosen one
+            chosen.append(self._accept(h, graph, root, ops, details, -neg_acq))
+        return chosen
 
     def _random_fallback(self, attempts: int = 200) -> Proposal | None:
         """Random morphism chains from random known architectures (when annealing found nothing new)."""
