@@ -55,6 +55,7 @@ from aiperf_runner.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.witnessing import WitnessedLog, Witnessing, ask_token, first_line_hash, token_interval
 
 POLL_S = 0.1
+SYNC_S = 0.1  # the controller's log is fsync'ed at least this often (group commit; see spec/eventlog.py)
 MIN_TICK_S = 0.02  # with a backend that reports news: the shortest loop, so that news is handled in batches
 __all__ = ["Controller", "ControllerError", "RunConfig", "controller_alive", "LOCK_FILE", "PRECISIONS", "TRIAL_MODULE"]
 STDERR_TAIL_CHARS = 2000
@@ -98,6 +99,7 @@ class Controller:
         self._slot_of: dict[TrialHandle, int] = {}  # running handle -> slot index
         self._free = [slot.index for slot in self.slots]  # a heap: the lowest free slot is filled first
         self._slot_by_index = {slot.index: slot for slot in self.slots}
+        self._synced_at = time.monotonic()
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
         self.witnessing: Witnessing | None = None
@@ -175,7 +177,7 @@ class Controller:
             }
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)
-            writer = EventWriter(run_dir / "events.jsonl")
+            writer = EventWriter(run_dir / "events.jsonl", fsync_each=False)
             self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress)
         except BaseException:
             unlock(lock_fh, run_dir)
@@ -190,7 +192,7 @@ class Controller:
                   **witnessed)
         if token is not None and service is not None:
             self._start_witnessing(Witnessing(service, str(run_json["run_id"]), float(token["heartbeat_interval_s"]),
-                                              keys.load_private_key(), self.writer.head))
+                                              keys.load_private_key(), self._synced_head()))
         self.keeper = WeightKeeper(run_dir, self.state, self._log, keep_share(config.preset), token is not None)
         return self
 
@@ -205,7 +207,7 @@ class Controller:
         try:
             run_json = read_run_json(run_dir)
             config = RunConfig.from_json(run_json.get("config") or {})
-            writer = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the crash
+            writer = EventWriter(run_dir / "events.jsonl", fsync_each=False)  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
             retention = RetentionAudit(state, keep_share(config.preset))  # the beacons finished trials met
@@ -285,6 +287,7 @@ class Controller:
                     reason = "exhausted"
                     break
                 self._report_progress()
+                self._sync_log()
                 news = self._wait_for_news()
         except BaseException as exc:
             # A failure of the controller itself: stop cleanly, keep the log valid, then re-raise.
@@ -295,6 +298,18 @@ class Controller:
             raise
         self._finish(reason)
         return reason
+
+    def _sync_log(self, force: bool = False) -> None:
+        """Group commit: the log's lines are on disk at most SYNC_S after they were written (each is
+        flushed to the OS at once, so a killed controller loses none of them)."""
+        now = time.monotonic()
+        if force or now - self._synced_at >= SYNC_S:
+            self.writer.sync()
+            self._synced_at = now
+
+    def _synced_head(self) -> str:
+        self._sync_log(force=True)  # nothing the service has seen the hash of may be lost in a crash
+        return self.writer.head
 
     def _wait_for_news(self) -> set[TrialHandle] | None:
         """The attempts with news, from the backend's own channel when it has one (None: look at
@@ -488,7 +503,7 @@ class Controller:
     def _start_witnessing(self, witnessing: Witnessing) -> None:
         self.witnessing = witnessing
         self.witnessed_log = WitnessedLog(
-            witnessing, self._log, lambda: self.writer.head,
+            witnessing, self._log, self._synced_head,
             lambda: (self._score.work, self.state.epoch_lines, self.state.best_epoch_accuracy),
             lambda beacon: self.keeper.receipt(beacon) if self.keeper is not None else None, self._say)
 

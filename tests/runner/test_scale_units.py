@@ -65,3 +65,22 @@ def test_a_backend_without_a_news_channel_says_so(tmp_path: Path) -> None:
         assert sim.wait_changed(0.01) == set()
     finally:
         sim.shutdown()
+
+
+def test_a_group_commit_writer_syncs_on_demand_and_on_close(tmp_path: Path) -> None:
+    from aiperf_runner.spec.eventlog import EventWriter, iter_events
+
+    log = tmp_path / "events.jsonl"
+    writer = EventWriter(log, fsync_each=False)
+    writer.append("run_started", run_id="r")
+    assert writer._unsynced  # written and flushed to the OS, not yet fsync'ed
+    assert [e.data["type"] for e in iter_events(log)] == ["run_started"]  # a reader sees it at once
+    writer.sync()
+    assert not writer._unsynced
+    writer.append("run_finished", reason="duration")
+    writer.close()
+    assert not writer._unsynced
+    resumed = EventWriter(log)  # the chain continues
+    resumed.append("run_resumed", run_id="r")
+    resumed.close()
+    assert [e.data["seq"] for e in iter_events(log)] == [0, 1, 2]
