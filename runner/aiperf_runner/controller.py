@@ -28,6 +28,7 @@ import heapq
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -410,7 +411,9 @@ class Controller:
         hparams, source = self.hparams.suggest(trial_id, self.state.trials.get(parent or ""), round_)
         budget = epoch_budget(self.config.epoch_budgets or self.preset.epoch_budgets, round_)
         trial_dir = self.run_dir / "trials" / trial_id
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        if trial_dir.exists():  # left by a trial whose lines a crash of the machine lost (group commit)
+            shutil.rmtree(trial_dir)
+        trial_dir.mkdir(parents=True)
         (trial_dir / "graph.json").write_text(candidate.graph.dumps())
         _write_json(trial_dir / "hparams.json", hparams)
         dataset = self.run_json["dataset"]
