@@ -14,6 +14,8 @@ Printed per scale:
   log B/s     bytes of the main events.jsonl per second of run
   score/slot  the run's score (spec/scoring.py) per slot, relative to the 8-slot figure (or to the
               smallest scale run)
+  prep s      seconds from the controller's start to the run's (the first wave of proposals is made
+              before the clock starts)
 
     python bench/controller_scale.py                                  # 8,64,512,4096 slots, 20-s trials, 60 s each
     python bench/controller_scale.py --slots 8,512 --trial-s 60 --duration 600
@@ -107,7 +109,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         buffer = controller.buffer
         controller.run()
     return {"threads_cpu_s": clock.cpu, "process_cpu_s": time.process_time() - cpu0, "wall_s": time.time() - wall0,
-            "proposals": buffer.proposals, "propose_s": buffer.propose_seconds}
+            "proposals": buffer.proposals, "propose_s": buffer.propose_seconds, "created_at": wall0}
 
 
 def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]
         "delivered_per_s": inside["proposals"] / span, "propose_s_mean": inside["propose_s"] / max(inside["proposals"], 1),
         "log_bytes_per_s": (run_dir / "events.jsonl").stat().st_size / span,
         "score": series.score, "score_per_slot": series.score / slots,
+        "first_wave_s": state.started_at - inside["created_at"],
     }
 
 
@@ -166,7 +169,7 @@ def print_row(row: dict[str, Any], base: float | None) -> None:
     rel = row["score_per_slot"] / base if base else float("nan")
     print(f"{row['slots']:>6} {row['utilisation']:>7.2%} {row['ctl_s_per_trial'] * 1000:>9.2f} ms "
           f"{row['search_cpu_s']:>8.1f} {row['sim_cpu_s']:>7.1f} {row['demand_per_s']:>9.1f} {row['delivered_per_s']:>8.1f} "
-          f"{row['log_bytes_per_s'] / 1024:>9.1f} {rel:>11.3f}", flush=True)
+          f"{row['log_bytes_per_s'] / 1024:>9.1f} {rel:>11.3f} {row['first_wave_s']:>7.1f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(seed architecture), {args.duration:g} s per scale, failures {args.failure_rate:g}, stragglers "
           f"{args.straggler_rate:g}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     print(f"{'slots':>6} {'util':>7} {'ctl/trial':>12} {'search s':>8} {'sim s':>7} {'demand/s':>9} {'deliv/s':>8} "
-          f"{'log KiB/s':>9} {'score/slot':>11}")
+          f"{'log KiB/s':>9} {'score/slot':>11} {'prep s':>7}")
     rows, base = [], None
     for slots in scales:
         run_dir, inside = work / f"s{slots}", work / f"s{slots}.json"

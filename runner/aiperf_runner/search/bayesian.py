@@ -333,19 +333,24 @@ class ArchitectureSearch:
 
     def _anneal(self, count: int = 1) -> list[Proposal]:
         counter = itertools.count()
-        heap: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+        heap: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
+        # Roots of equal value (all of them before the first result) in random order: in insertion
+        # order the same first few would be expanded every time, and their neighbourhoods run dry.
         if self._obs_hashes:
             for h in self._obs_hashes:
                 value = sum(self._obs[h]) / len(self._obs[h])
-                heapq.heappush(heap, (-value, next(counter), self._archs[h].graph, h, [], []))
+                heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], []))
         else:
             for h in self._order:
-                heapq.heappush(heap, (0.0, next(counter), self._archs[h].graph, h, [], []))
-        candidates: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+                heapq.heappush(heap, (0.0, -self._rng.random(), self._archs[h].graph, h, [], []))
+        candidates: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
         best_acq = -math.inf
         t = 1.0
         pops = expansions = 0
-        while heap and t > self.t_min and pops < self.max_pops and expansions < self.max_expansions:
+        # A batch explores in proportion to its size: `max_expansions` (and pops) per 8 candidates.
+        scale = max(1, math.ceil(count / 8))
+        max_pops, max_expansions = self.max_pops * scale, self.max_expansions * scale
+        while heap and t > self.t_min and pops < max_pops and expansions < max_expansions:
             neg_value, _, graph, root, ops, details = heapq.heappop(heap)
             pops += 1
             value = -neg_value
