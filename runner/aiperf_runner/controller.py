@@ -178,7 +178,7 @@ class Controller:
             }
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)
-            writer = EventWriter(run_dir / "events.jsonl", fsync_each=False)
+            writer = EventWriter(run_dir / "events.jsonl", durability="batch")
             self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress)
         except BaseException:
             unlock(lock_fh, run_dir)
@@ -208,7 +208,7 @@ class Controller:
         try:
             run_json = read_run_json(run_dir)
             config = RunConfig.from_json(run_json.get("config") or {})
-            writer = EventWriter(run_dir / "events.jsonl", fsync_each=False)  # drops a line cut short by the crash
+            writer = EventWriter(run_dir / "events.jsonl", durability="batch")  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
             retention = RetentionAudit(state, keep_share(config.preset))  # the beacons finished trials met

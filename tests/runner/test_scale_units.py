@@ -71,7 +71,7 @@ def test_a_group_commit_writer_syncs_on_demand_and_on_close(tmp_path: Path) -> N
     from aiperf_runner.spec.eventlog import EventWriter, iter_events
 
     log = tmp_path / "events.jsonl"
-    writer = EventWriter(log, fsync_each=False)
+    writer = EventWriter(log, durability="batch")
     writer.append("run_started", run_id="r")
     assert writer._unsynced  # written and flushed to the OS, not yet fsync'ed
     assert [e.data["type"] for e in iter_events(log)] == ["run_started"]  # a reader sees it at once

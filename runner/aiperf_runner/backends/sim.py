@@ -172,11 +172,11 @@ class SimBackend(Backend):
         return {"nodes": 1, "simulated": True}
 
     def launch(self, spec: LaunchSpec, slot: Slot) -> TrialHandle:
-        for path in (spec.stdout, spec.stderr):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
         argv = spec.argv
         if "-m" not in argv or argv[argv.index("-m") + 1] != TRIAL_MODULE:
+            for path in (spec.stdout, spec.stderr):  # a simulated trial prints nothing: no files for it
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
             handle = InProcessHandle(spec, slot, module_target)
             self._threads = [h for h in self._threads if h.poll() is None] + [handle]
             return handle
@@ -283,7 +283,7 @@ class SimBackend(Backend):
         if attempt.rng.random() < m.failure_rate and attempt.epoch < attempt.budget:
             attempt.fail_at = attempt.rng.randint(attempt.epoch + 1, attempt.budget)
         # Flushed, not fsync'ed line by line: a real trial's fsync happens on its own node, not here.
-        attempt.writer = EventWriter(log, fsync_each=False)
+        attempt.writer = EventWriter(log, durability="none")
         attempt.started = at
         if attempt.epoch >= attempt.budget:
             self._result(attempt)

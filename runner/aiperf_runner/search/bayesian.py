@@ -347,8 +347,9 @@ class ArchitectureSearch:
         best_acq = -math.inf
         t = 1.0
         pops = expansions = 0
-        # A batch explores in proportion to its size: `max_expansions` (and pops) per 8 candidates.
-        scale = max(1, math.ceil(count / 8))
+        # A batch explores in proportion to its size: `max_expansions` (and pops) per 16 candidates
+        # (12 x 8 neighbours: six evaluated for each one proposed).
+        scale = max(1, math.ceil(count / 16))
         max_pops, max_expansions = self.max_pops * scale, self.max_expansions * scale
         while heap and t > self.t_min and pops < max_pops and expansions < max_expansions:
             neg_value, _, graph, root, ops, details = heapq.heappop(heap)

@@ -3,11 +3,12 @@
 Each line is `json.dumps(obj, sort_keys=True, separators=(",", ":"))` with `seq`, `t` (UTC float
 seconds), `type` and `prev` (SHA-256 hex of the previous line's bytes without its newline).
 Every line is flushed to the operating system as it is written, so a killed process loses at most
-the line being written. By default each line is also fsync'ed before the next is written; a writer
-made with `fsync_each=False` (the controller's, which writes hundreds of lines a second at
-thousands of slots) leaves that to `sync()`, called by its owner at a bounded interval (group
-commit): a crash of the machine itself may then lose the lines since the last `sync()`, and a
-resume continues from what is on disk.
+the line being written. `durability` says when lines reach the disk: "line" (the default) fsyncs
+each line before the next is written; "batch" (the controller's, which writes hundreds of lines a
+second at thousands of slots) leaves that to `sync()` and `close()`, called by its owner at a
+bounded interval (group commit): a crash of the machine itself may then lose the lines since the
+last `sync()`, and a resume continues from what is on disk; "none" never fsyncs (the sim backend's
+simulated trial logs: a real trial syncs on its own node, not on the controller's).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 GENESIS = "0" * 64
 RESERVED = ("seq", "t", "type", "prev")
+DURABILITY = ("line", "batch", "none")  # when an EventWriter fsyncs (see the module docstring)
 
 
 class LogError(ValueError):
@@ -100,10 +102,12 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 class EventWriter:
     """Appends chained events to a log, continuing an existing one (e.g. after a crash)."""
 
-    def __init__(self, path: str | Path, clock: Any = time.time, *, fsync_each: bool = True) -> None:
+    def __init__(self, path: str | Path, clock: Any = time.time, *, durability: str = "line") -> None:
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY)}, not {durability!r}")
         self.path = Path(path)
         self._clock = clock
-        self.fsync_each = fsync_each
+        self.durability = durability
         self._unsynced = False
         self._seq = 0
         self._prev = GENESIS
@@ -144,9 +148,9 @@ class EventWriter:
         body = encode(obj)
         self._fh.write(body + b"\n")
         self._fh.flush()
-        if self.fsync_each:
+        if self.durability == "line":
             os.fsync(self._fh.fileno())
-        else:
+        elif self.durability == "batch":
             self._unsynced = True
         self._seq += 1
         self._prev = digest(body)
