@@ -368,7 +368,9 @@ class ArchitectureSearch:
                         continue
                     children.append((child, desc))
                 if children:
-                    acq = self._acquisition([describe(c) for c, _ in children])
+                    # Before the first result every acquisition is 0: no descriptor is needed.
+                    acq = (self._acquisition([describe(c) for c, _ in children]) if self._obs_hashes
+                           else np.zeros(len(children)))
                     for (child, desc), a in zip(children, acq, strict=True):
                         item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc])
                         heapq.heappush(heap, item)
