@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv install demo test bench lint clean
+WHEELHOUSE ?= build/wheelhouse
+
+.PHONY: venv install demo test bench lint clean wheelhouse
 
 $(STAMP): requirements.txt requirements-dev.txt runner/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +28,11 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# Wheels to install the runner with no index (TRAIN=1: with torch; PLATFORM/PYTHON_VERSION: for
+# another machine; TORCH_INDEX: torch for the site's CUDA). See docs/running.md.
+wheelhouse:
+	PYTHON=$(PY) scripts/wheelhouse.sh $(WHEELHOUSE)
 
 clean:
 	rm -rf $(VENV) runs var .pytest_cache

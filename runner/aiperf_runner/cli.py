@@ -14,7 +14,7 @@ app = typer.Typer(
 )
 
 # Each module defines `register(app)`; a module that is not there yet is skipped.
-_COMMAND_MODULES = ("cli_flops", "cli_keys", "cli_spec", "cli_run", "cli_submit", "cli_system")
+_COMMAND_MODULES = ("cli_flops", "cli_keys", "cli_spec", "cli_run", "cli_submit", "cli_system", "cli_estimate")
 
 for _name in _COMMAND_MODULES:
     try:

@@ -85,6 +85,9 @@ def run(
                                     help="The system's name on the list (run.json system.name), e.g. 'Tsubame 4'."),
     interconnect: str = typer.Option("", "--interconnect", metavar="TEXT",
                                      help="The nodes' interconnect as the list shows it, e.g. 'InfiniBand NDR 400'."),
+    publish_hostnames: bool = typer.Option(False, "--publish-hostnames",
+                                           help="Log node names as they are. By default the published log names "
+                                                "nodes by pseudonyms keyed with the site secret (docs/log-format.md)."),
     progress: str = typer.Option("auto", "--progress", help="auto (live on a terminal), live, plain or none."),
     trial_module: str = typer.Option("aiperf_runner.train.trial", "--trial-module", hidden=True,
                                      help="Module run as the trial program (tests use a fake one)."),
@@ -113,7 +116,8 @@ def run(
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,
                                precision=precision, data=data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
-                               system_name=system_name.strip(), interconnect=interconnect.strip())
+                               system_name=system_name.strip(), interconnect=interconnect.strip(),
+                               publish_hostnames=publish_hostnames)
             registration = service = None
             if system is not None:
                 if offline:

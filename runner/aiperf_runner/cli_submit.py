@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from aiperf_runner.publish import write_public_logs
 from aiperf_runner.service import Failure, Service, client, detail, find_service, request, save_service
 from aiperf_runner.spec import bundle, keys
 from aiperf_runner.spec.retention import WEIGHTS
@@ -97,6 +98,7 @@ def _bundle_for(path: Path, key_path: Path | None, say) -> Path:
     if not path.is_dir():
         raise Failure(f"{path} is neither a run directory nor a bundle")
     private = keys.load_private_key(key_path)
+    write_public_logs(path)  # unchanged copies are left alone, so an unchanged run still reuses its bundle
     out = path.parent / f"{path.resolve().name}.tar.gz"
     manifest = path / bundle.MANIFEST_NAME
     if out.is_file() and manifest.is_file() and out.stat().st_mtime >= manifest.stat().st_mtime \

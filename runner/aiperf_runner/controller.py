@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner import __version__
+from aiperf_runner import __version__, privacy
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
@@ -83,8 +83,10 @@ class Controller:
     def __init__(self, run_dir: Path, run_json: dict[str, Any], config: RunConfig, backend: Backend,
                  search: ArchitectureSearcher, hparams: HparamOptimiser, state: RunState, writer: EventWriter,
                  lock_fh: Any,
-                 progress: Any = None, live_score: _LiveScore | None = None) -> None:
+                 progress: Any = None, live_score: _LiveScore | None = None,
+                 masker: privacy.Masker | None = None) -> None:
         self.run_dir = run_dir
+        self.masker = masker or privacy.run_masker(run_dir)  # what the log may say of hosts and paths
         self.run_json = run_json
         self.config = config
         self.preset = get_preset(config.preset)
@@ -155,6 +157,9 @@ class Controller:
                     system["interconnect"] = registration["interconnect"]
             peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
             config.slots = len(slots)
+            masker, public_config = privacy.start_run(run_dir, asdict(config), backend.known_hosts())
+            if isinstance(system.get("slurm"), dict):
+                system["slurm"] = masker.value(system["slurm"])
             token = None
             if service is not None and registration is not None:
                 token = ask_token(service, registration, {
@@ -170,7 +175,7 @@ class Controller:
                 "precision": config.precision,
                 "seed": config.seed,
                 "created_at": time.time(),
-                "config": asdict(config),
+                "config": public_config,
                 "system": system,
                 "declared_peak_flops": peaks,
                 "declared_peak_source": peak_sources,
@@ -179,7 +184,8 @@ class Controller:
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)
             writer = EventWriter(run_dir / "events.jsonl", durability="batch")
-            self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress)
+            self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress,
+                       masker=masker)
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
@@ -207,7 +213,8 @@ class Controller:
         lock_fh = lock(run_dir)
         try:
             run_json = read_run_json(run_dir)
-            config = RunConfig.from_json(run_json.get("config") or {})
+            config = RunConfig.from_json(privacy.merge_config(run_json.get("config") or {},
+                                                              privacy.read_private(run_dir)))
             writer = EventWriter(run_dir / "events.jsonl", durability="batch")  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
@@ -223,8 +230,9 @@ class Controller:
                                                    devices_per_slot=config.devices_per_slot,
                                                    **config.backend_options)
             search, hparams = search_factory(preset, run_json["dataset"], config.seed, _history(run_dir, state))
+            masker = privacy.resume_run(run_dir, backend.known_hosts())
             self = cls(run_dir, run_json, config, backend, search, hparams, state, writer, lock_fh, progress,
-                       live_score)
+                       live_score, masker)
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
@@ -419,7 +427,7 @@ class Controller:
         dataset = self.run_json["dataset"]
         _write_json(trial_dir / "trial.json", {
             "trial": trial_id, "epoch_budget": budget, "precision": self.config.precision,
-            "preset": self.config.preset, "data": self.config.data, "dataset": dataset,
+            "preset": self.config.preset, "dataset": dataset,  # the data root: local/private.json
             "seed": (self.config.seed * 1_000_003 + seq) % 2**31, "device_type": self.slots[0].device_type,
             "early_stopping_patience": self.config.early_stopping_patience,
             "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
@@ -516,7 +524,8 @@ class Controller:
 
     # ---- log, progress -----------------------------------------------------------------------------
     def _log(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = self.writer.append(kind, **fields)
+        # Masked as written, so that the signature and the hash chain cover what is published.
+        event = self.writer.append(kind, **privacy.mask_event(self.masker, self.run_dir, kind, fields))
         self.state.apply(event)  # the live score listens to the state
         return event
 

@@ -34,6 +34,7 @@ class RunConfig:
     system_name: str = ""  # the name the list shows; empty: the list describes the hardware instead
     interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
     system_id: str = ""  # the service's id of the registered system the run is judged by (run --system)
+    publish_hostnames: bool = False  # log node names as they are, not as the site's pseudonyms
 
     def check(self) -> None:
         if self.slots is not None and self.slots < 1:

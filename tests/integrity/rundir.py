@@ -53,8 +53,8 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     trial.mkdir(parents=True)
     (trial / "graph.json").write_text(graph.dumps() + "\n", encoding="utf-8")
     _write_json(trial / "hparams.json", hparams)
-    (trial / "stdout.log").write_text("epoch 1\n", encoding="utf-8")
-    (trial / "stderr.log").write_text("", encoding="utf-8")
+    (trial / "stdout.public.log").write_text("epoch 1\n", encoding="utf-8")
+    (trial / "stderr.public.log").write_text("", encoding="utf-8")
 
     with EventWriter(root / "events.jsonl", clock=clock) as log, \
          EventWriter(trial / "events.jsonl", clock=clock) as tlog:

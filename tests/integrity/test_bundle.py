@@ -24,8 +24,8 @@ RUN_FILES = [
     "trials/t0000/events.jsonl",
     "trials/t0000/graph.json",
     "trials/t0000/hparams.json",
-    "trials/t0000/stderr.log",
-    "trials/t0000/stdout.log",
+    "trials/t0000/stderr.public.log",
+    "trials/t0000/stdout.public.log",
 ]
 
 
@@ -56,7 +56,7 @@ def test_manifest_lists_every_file_with_its_digest(run_dir: Path, site_key: Ed25
 def test_signing_again_replaces_the_manifest(run_dir: Path, site_key: Ed25519PrivateKey,
                                              other_key: Ed25519PrivateKey) -> None:
     bundle.write_manifest(run_dir, site_key)
-    (run_dir / "trials" / "t0000" / "stdout.log").write_text("more output\n")
+    (run_dir / "trials" / "t0000" / "stdout.public.log").write_text("more output\n")
     bundle.write_manifest(run_dir, other_key)
     assert bundle.read_manifest(run_dir)["fingerprint"] == keys.fingerprint(other_key)
     assert bundle.check_manifest(run_dir, other_key) == []

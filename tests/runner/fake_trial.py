@@ -7,7 +7,8 @@ TRIAL_DIR/events.jsonl; the accuracy rises with the epoch and depends on the arc
 real program it continues after the last epoch it logged (its "checkpoint") and ends with
 `trial_result` (with the digest of a stand-in weights file). Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
 $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
-with a message on stderr and nothing in the log (a killed or crashed process).
+with a message on stderr and nothing in the log (a killed or crashed process). $FAKE_CHECKPOINT=1
+writes a stand-in `checkpoint.pt` every epoch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -59,7 +61,10 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
     if cancel is None:  # a real process: tests check that it is gone after a cancel or a resume
         (trial_dir / f"fake_pid.{attempt}").write_text(str(os.getpid()))
     if _matches(os.environ.get("FAKE_TRIAL_CRASH", ""), trial, attempt):
-        print(f"fake crash of {trial} attempt {attempt}", file=sys.stderr, flush=True)
+        # Like a real traceback: it names the trial's absolute path, the home directory and the host.
+        print(f'  File "{trial_dir.resolve()}/model.py", line 1, in forward\n'
+              f'  File "{Path.home()}/.local/lib/site.py", line 2\n'
+              f"fake crash of {trial} attempt {attempt} on {socket.gethostname()}", file=sys.stderr, flush=True)
         return 9
     with EventWriter(events) as log:
         best = 0.0
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
                     return 1
             else:
                 time.sleep(epoch_s)
+            if os.environ.get("FAKE_CHECKPOINT"):  # a stand-in for the real program's checkpoint.pt
+                (trial_dir / "checkpoint.pt").write_bytes(graph_bytes)
             acc = accuracy(graph_bytes, epoch)
             best = max(best, acc)
             ended = time.time()

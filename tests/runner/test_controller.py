@@ -18,7 +18,7 @@ from aiperf_runner.spec.verify import verify
 
 from tests.backends.test_conformance import process_gone
 from tests.helpers import REPO
-from tests.runner.conftest import FAKE_TRIAL, OPEN_DIVISION_CHECKS, cli, config, failed_checks, run_controller
+from tests.runner.conftest import FAKE_TRIAL, SHORT_RUN_CHECKS, cli, config, failed_checks, run_controller
 
 
 def trial_file_epochs(run_dir: Path) -> set[tuple[str, int]]:
@@ -55,7 +55,7 @@ def test_keeps_every_slot_busy(tmp_path: Path, fake_env) -> None:
     for tr in state.trials.values():
         if tr.status == "finished":
             assert tr.best_accuracy == max(e["val_accuracy"] for e in tr.epochs.values())
-    assert failed_checks(verify(run_dir)) <= OPEN_DIVISION_CHECKS
+    assert failed_checks(verify(run_dir)) <= SHORT_RUN_CHECKS
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["slots"] == 3 and run_json["preset"] == "smoke"
     assert run_json["system"]["cpu_cores"] >= 1 and run_json["system"]["nodes"] == 1
@@ -108,7 +108,7 @@ def test_failed_trials_are_retried_then_given_up(tmp_path: Path, fake_env) -> No
     # The run went on past the failures.
     assert state.count("finished") >= 3
     assert any(tr.seq > 2 and tr.status == "finished" for tr in state.trials.values())
-    assert failed_checks(verify(run_dir)) <= OPEN_DIVISION_CHECKS
+    assert failed_checks(verify(run_dir)) <= SHORT_RUN_CHECKS
 
 
 def test_a_backend_that_cannot_launch_stops_the_run(tmp_path: Path, fake_env) -> None:

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 from aiperf_runner.backends.slurm import SlurmBackend
+from aiperf_runner.privacy import read_hostnames
 
 from tests.backends.test_conformance import spec_for, wait_done, wait_for
 from tests.slurm.cluster import finish, queue, read_events, run_tag, slurm, start_run, verify_ok, wait_until
@@ -50,6 +51,12 @@ def test_node_failure_fails_the_attempt(two_node: Path, tmp_path: Path) -> None:
             slurm(two_node, "scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
 
 
+def pseudonyms(run_dir: Path, *nodes: str) -> set[str]:
+    """The names the log gives the nodes (privacy.py; the raw names stay in local/hostnames.json)."""
+    names = read_hostnames(run_dir)
+    return {names.get(n, f"{n}?") for n in nodes}
+
+
 def test_run_with_two_slots_trains_on_both_nodes_and_ctrl_c_empties_the_queue(two_node: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = start_run(two_node, run_dir, "--preset", "smoke", "--duration", "5m",
@@ -57,7 +64,7 @@ def test_run_with_two_slots_trains_on_both_nodes_and_ctrl_c_empties_the_queue(tw
     try:
         def nodes_started() -> set[str]:
             nodes = {n for e in read_events(run_dir) if e["type"] == "trial_started" for n in e["nodes"]}
-            return nodes if nodes == {"n1", "n2"} else set()
+            return nodes if nodes == pseudonyms(run_dir, "n1", "n2") else set()
 
         wait_until(nodes_started, 90, "trials on n1 and n2", proc)
         wait_until(lambda: queue(two_node), 30, "jobs in the queue", proc)
@@ -88,7 +95,7 @@ def test_nodes_per_slot_2_trains_with_ddp_across_both_nodes(two_node: Path, tmp_
             proc.kill()
     events = read_events(run_dir)
     started = [e for e in events if e["type"] == "trial_started"]
-    assert started and all(sorted(e["nodes"]) == ["n1", "n2"] and e["devices"] == 2 for e in started)
+    assert started and all(set(e["nodes"]) == pseudonyms(run_dir, "n1", "n2") and e["devices"] == 2 for e in started)
     out = (run_dir / "trials" / "t0000" / "stdout.log").read_text()
     assert "2 process(es)" in out, out  # the trial program's world size: one process on each node
     assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]

@@ -113,6 +113,11 @@ class Backend(abc.ABC):
     def launch(self, spec: LaunchSpec, slot: Slot) -> TrialHandle:
         """Start one attempt on a free slot and return at once."""
 
+    def known_hosts(self) -> list[str]:
+        """Host names the run's trials may run on (their pseudonyms are made at the start, so that
+        a trial process can mask its own error texts; see privacy.py)."""
+        return sorted({n for slot in self.slots() for n in slot.nodes})
+
     def system_facts(self) -> dict[str, Any]:
         """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
         return {}

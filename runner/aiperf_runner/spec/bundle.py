@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import hashlib
 import json
 import os
@@ -31,9 +32,24 @@ MANIFEST_FORMAT = "aiperf-manifest/1"
 MANIFEST_NAME = "MANIFEST.json"
 SIGNATURE_NAME = "MANIFEST.sig"
 MANIFEST_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
-NOT_BUNDLED = ("weights.safetensors",)
-"""Files a run directory keeps but a bundle never holds (by name): a trial's weights are evidence,
-uploaded only when the service's audit asks for them (their digest is in the signed log)."""
+LOCAL_DIR = "local"
+"""The run directory's site-private folder (raw host names, data root, accounts): never bundled."""
+NOT_BUNDLED = (
+    ("weights.safetensors", "a trial's kept weights: uploaded only when the service's audit asks for them "
+                            "(their digest is in the signed log)"),
+    ("*.safetensors", "weights: never bundled"),
+    ("checkpoint.pt", "a trial's resume checkpoint: local only"),
+    ("*.pt", "a checkpoint or weights: never bundled"),
+    ("*.pth", "a checkpoint or weights: never bundled"),
+    ("*.ckpt", "a checkpoint: never bundled"),
+    ("*.tmp", "a file being written"),
+    ("stdout.log", "raw output (may name hosts and paths): the bundle holds its masked copy"),
+    ("stderr.log", "raw output (may name hosts and paths): the bundle holds its masked copy"),
+    ("slurm-*", "SLURM job files (job ids, node names, account): the controller's bookkeeping"),
+    ("controller.lock", "the running controller's lock"),
+)
+"""Files a run directory keeps but a bundle never holds, by name pattern (fnmatch), with the reason;
+and everything under `local/`."""
 
 CHUNK = 1 << 20
 MAX_TOTAL_BYTES = 8 << 30
@@ -65,6 +81,17 @@ def _walk(root: Path, rel: PurePosixPath = PurePosixPath()) -> Iterator[tuple[st
             yield from _walk(root, path)
 
 
+def not_bundled(rel: str) -> str | None:
+    """Why the run directory's file `rel` (POSIX relative path) stays out of bundles, or None."""
+    if rel == LOCAL_DIR or rel.startswith(LOCAL_DIR + "/"):
+        return "site-private (raw host names, data root, accounts): never bundled"
+    name = rel.rsplit("/", 1)[-1]
+    for pattern, why in NOT_BUNDLED:
+        if fnmatch.fnmatchcase(name, pattern):
+            return why
+    return None
+
+
 def run_files(run_dir: str | Path) -> list[str]:
     """The sorted POSIX relative paths of the files a manifest covers (all but MANIFEST.*).
 
@@ -81,7 +108,7 @@ def run_files(run_dir: str | Path) -> list[str]:
             continue
         if not entry.is_file(follow_symlinks=False):
             raise BundleError(f"{rel} is not a regular file")
-        if rel not in MANIFEST_FILES and rel.rsplit("/", 1)[-1] not in NOT_BUNDLED:
+        if rel not in MANIFEST_FILES and not_bundled(rel) is None:
             files.append(rel)
     return sorted(files)
 
@@ -247,8 +274,8 @@ def check_manifest(directory: str | Path, pubkey: keys.PublicKeyLike | str | Pat
     for rel_name, entry in _walk(root):
         if rel_name in MANIFEST_FILES or rel_name in listed:
             continue
-        if rel_name.rsplit("/", 1)[-1] in NOT_BUNDLED and entry.is_file(follow_symlinks=False):
-            continue  # kept beside the signed run, never in it (their digests are in the log)
+        if not_bundled(rel_name) is not None and not entry.is_symlink():
+            continue  # kept beside the signed run, never in it (weights: their digests are in the log)
         if entry.is_symlink():
             findings.append(f"{rel_name} is a symlink, not part of the signed run")
         elif entry.is_file(follow_symlinks=False):

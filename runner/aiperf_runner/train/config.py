@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiperf_runner.privacy import read_private
 from aiperf_runner.spec.graph import Graph
 
 from .data import DataSpec
@@ -54,6 +55,8 @@ class TrialConfig:
         trial, hp, graph_json = read("trial.json"), read("hparams.json"), read("graph.json")
         graph = Graph.from_json(graph_json)
         graph.validate()
+        if not trial.get("data"):  # the data root stays out of the published trial.json
+            trial["data"] = read_private(trial_dir.parent.parent).get("data")
         data = DataSpec.from_trial(trial)
         want = (data.channels, data.image_size, data.image_size)
         if tuple(graph.input_shape) != want:

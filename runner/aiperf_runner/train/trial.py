@@ -40,6 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.replay import Replay
 
@@ -248,8 +249,10 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
             try:
                 if writer is None:
                     writer = EventWriter(trial_dir / EVENTS)
+                # Masked as written (this log is signed and published): see privacy.py.
+                masker = run_masker(trial_dir.parent.parent)
                 writer.append("trial_error", trial=trial_id, attempt=attempt,
-                              error=f"{type(exc).__name__}: {exc}"[:2000])
+                              error=masker.text(f"{type(exc).__name__}: {exc}")[:2000])
             except Exception:  # noqa: BLE001 - the log itself is unusable; stderr has the traceback
                 traceback.print_exc()
         elif raise_on_worker:

@@ -236,6 +236,9 @@ class SlurmBackend(Backend):
             ]
         return list(self._slots)
 
+    def known_hosts(self) -> list[str]:
+        return sorted({n["name"] for n in self.partition_nodes()})
+
     # ---- names ----
     @property
     def tag(self) -> str:

@@ -1,0 +1,145 @@
+"""What to expect of a run before it starts: node-hours, a score range and a slots split.
+
+Expected score = the system's peak (`peaks.py`) x an efficiency range (score / peak) x the share of
+the run that ends in counted epochs. The efficiency range comes from the preset's reference
+measurement (`REFERENCES`), each with its source and what is assumed about it; the caller passes
+the FLOPs per image of the preset's seed architecture (computed with `flops.py`), so that nothing
+here is a hard-coded score. Torch-free, like all of `spec/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import peaks
+from .presets import get as get_preset
+
+MIN_TRIALS_PER_SLOT = 2.0
+"""A slot should finish at least this many first-round trials, so that the search sees results
+(and proposes children of them) before the run ends."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published training throughput of the preset's seed architecture, as an efficiency."""
+
+    what: str
+    source: str
+    seconds: float  # time to train
+    epochs: float  # epochs trained in that time (an assumption where the source does not say)
+    devices: int
+    accelerator: str  # model name as peaks.lookup reads it
+    precision: str
+    low_share: float  # the low end of the range, as a share of the reference efficiency
+    low_reason: str
+
+    def efficiency(self, train_images: int, train_flops: float) -> float:
+        peak = peaks.accelerator_peak(self.accelerator, self.precision, self.devices)
+        assert peak is not None, f"{self.accelerator} is not in the peak table"
+        return self.epochs * train_images * train_flops / self.seconds / peak
+
+
+REFERENCES: dict[str, Reference] = {
+    "imagenet": Reference(
+        what="ResNet-50 v1.5 (the imagenet seed) trained on 8x H100-SXM5-80GB, mixed precision",
+        source="MLPerf Training v3.0, closed division, MLPerf-ID 3.0-2053: 13.466 min to 75.9% top-1 "
+               "(developer.nvidia.com/deep-learning-performance-training-inference/training)",
+        seconds=13.466 * 60, epochs=35, devices=8, accelerator="NVIDIA H100 SXM", precision="bf16",
+        low_share=0.25,
+        low_reason="not measured: no GPU run of this runner's trainer has been published yet. A quarter of the "
+                   "reference allows for JPEG decoding by torchvision on the CPUs (MLPerf uses DALI on the "
+                   "GPUs), untuned batch sizes (64-256) and architectures the search grows or shrinks",
+    ),
+}
+"""Per preset. MLPerf results give a time, not an epoch count: ~35 epochs is typical of its ResNet-50
+submissions (LARS, large batches) and is an assumption. The high end is the reference itself: a
+hand-tuned MLPerf pipeline is an upper bound for a search whose trials use the PyTorch trainer."""
+
+
+def epoch_flops(preset: str, train_flops: float, eval_flops: float) -> float:
+    spec = get_preset(preset)
+    if spec is None or spec.train_images is None or spec.val_images is None:
+        raise ValueError(f"preset {preset!r} has no fixed data set size")
+    return spec.train_images * train_flops + spec.val_images * eval_flops
+
+
+def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, duration_s: float) -> dict[str, Any]:
+    """The smallest power-of-two nodes per slot with which a slot finishes MIN_TRIALS_PER_SLOT
+    first-round trials (node_flops: one node's expected FLOP/s; linear DDP scaling assumed)."""
+    k = 1
+    while True:
+        trial_s = first_budget * epoch / (k * node_flops)
+        trials = duration_s / trial_s
+        if trials >= MIN_TRIALS_PER_SLOT or k * 2 > nodes:
+            break
+        k *= 2
+    one_node_trial_s = first_budget * epoch / node_flops
+    if k == 1 and trials >= MIN_TRIALS_PER_SLOT:
+        reason = (f"one node per slot: a first-round trial ({first_budget} epochs of the seed) takes about "
+                  f"{trial_s / 60:.0f} min on one node, so each slot finishes about {trials:.0f} in the run; more nodes per slot would add all-reduce traffic between nodes and search fewer "
+                  "architectures at once")
+    elif trials >= MIN_TRIALS_PER_SLOT:
+        reason = (f"{k} nodes per slot: a first-round trial ({first_budget} epochs) would take about "
+                  f"{one_node_trial_s / 3600:.1f} h on one node, too long for the search to see "
+                  f"{MIN_TRIALS_PER_SLOT:.0f} results per slot; on {k} nodes about {trial_s / 60:.0f} min "
+                  "(assuming DDP scales linearly across nodes, which is optimistic)")
+    else:
+        reason = (f"the run is too short for this machine: even with {k} node(s) per slot a first-round trial "
+                  f"({first_budget} epochs) takes about {trial_s / 3600:.1f} h, so a slot finishes "
+                  f"{trials:.1f} trials and the search barely starts; choose a longer --duration")
+    return {"nodes_per_slot": k, "slots": nodes // k, "first_round_trial_s": trial_s,
+            "trials_per_slot": trials, "reason": reason}
+
+
+def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, duration_s: float,
+             precision: str, preset: str, train_flops: float, eval_flops: float,
+             first_budget: int) -> dict[str, Any]:
+    """The estimate as a JSON-ready dict (see `aiperf-runner estimate --json`)."""
+    acc = peaks.lookup(accelerator_model)
+    if acc is None:
+        raise ValueError(f"accelerator {accelerator_model!r} is not in the peak table (spec/peaks.py); known: "
+                         + ", ".join(a.name for a in peaks.ACCELERATORS))
+    if nodes < 1 or accelerators_per_node < 1 or duration_s <= 0:
+        raise ValueError("--nodes and --accelerators-per-node must be at least 1, --duration positive")
+    devices = nodes * accelerators_per_node
+    device_peak = acc.peak_flops(precision)
+    peak = device_peak * devices
+    out: dict[str, Any] = {
+        "accelerator": acc.name, "accelerators_per_node": accelerators_per_node, "nodes": nodes,
+        "accelerators": devices, "duration_s": duration_s, "precision": precision, "preset": preset,
+        "node_hours": nodes * duration_s / 3600, "accelerator_hours": devices * duration_s / 3600,
+        "peak_flops": peak,
+        "assumptions": [f"peak: {devices} x {device_peak / 1e12:g} TFLOP/s {precision} dense ({acc.note})"],
+    }
+    if precision in acc.fallback:
+        out["assumptions"].append(f"{acc.name} has no {precision} unit: it runs at the FP32 rate")
+    ref = REFERENCES.get(preset)
+    spec = get_preset(preset)
+    if ref is None or spec is None or spec.train_images is None:
+        out["assumptions"].append(f"no reference measurement for preset {preset!r}: no score range")
+        out.update(efficiency=None, score_ops=None, split=None)
+        return out
+    high = ref.efficiency(spec.train_images, train_flops)
+    low = high * ref.low_share
+    epoch = epoch_flops(preset, train_flops, eval_flops)
+    node_peak = device_peak * accelerators_per_node
+    split = _split(nodes, node_peak * (low * high) ** 0.5, epoch, first_budget, duration_s)
+    scores = []
+    for eff in (low, high):
+        # Each slot's epoch under way at the end is not counted: on average half an epoch per slot.
+        epoch_s = epoch / (split["nodes_per_slot"] * node_peak * eff)
+        counted = max(0.0, 1 - 0.5 * epoch_s / duration_s)
+        scores.append(peak * eff * counted)
+    out.update(efficiency=[low, high], score_ops=scores, split=split)
+    out["assumptions"] += [
+        f"efficiency (score / peak) high end {high:.3f}: {ref.what}; {ref.source}; {ref.epochs:g} epochs of "
+        f"{spec.train_images:,} images x {train_flops / 1e9:.2f} GFLOP (v2 FLOPs of the seed per trained "
+        f"image) in {ref.seconds:.0f} s on {ref.devices} x {ref.accelerator} at {ref.precision}",
+        f"low end {low:.3f} ({ref.low_share:g} x the high end): {ref.low_reason}",
+        "the efficiency carries over to other accelerators and precisions in proportion to their peak "
+        "(an assumption: memory bandwidth and the CPUs feeding the data do not scale with it)",
+        "slots run all the time (utilisation ~100%, as measured in docs/running.md); the epoch each slot has "
+        "under way when the run ends is not counted (half an epoch per slot on average)",
+    ]
+    return out
