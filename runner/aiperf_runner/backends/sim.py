@@ -126,6 +126,7 @@ class SimAttempt(TrialHandle):
         self.started = 0.0
         self.best = 0.0
         self.backend: SimBackend | None = None
+        self.lock = threading.Lock()  # held while the scheduler advances it, and by cancel()
 
     def poll(self) -> int | None:
         return self.returncode
@@ -200,16 +201,17 @@ class SimBackend(Backend):
         return news
 
     def cancel(self, attempt: SimAttempt) -> None:
-        with self._cond:  # the scheduler writes under this lock: after it, nothing more is written
+        with attempt.lock:  # the scheduler writes under this lock: after it, nothing more is written
             if attempt.returncode is None:
                 attempt.cancelled = True
                 self._close(attempt, CANCELLED)
 
     def shutdown(self) -> None:
         with self._cond:
-            for attempt in list(self._live):
-                attempt.cancelled = True
-                self._close(attempt, CANCELLED)
+            live = list(self._live)
+        for attempt in live:
+            self.cancel(attempt)
+        with self._cond:
             self._stopped = True
             self._cond.notify_all()
         for handle in self._threads:
@@ -218,6 +220,10 @@ class SimBackend(Backend):
         self._thread.join(timeout=5)
 
     # ---- the scheduler -------------------------------------------------------------------------
+    # Locks: the backend's (`_cond`, `_news_cond`) guards the heap, the live set and the news, and
+    # is held only for those; an attempt's own lock is held while its files are written. Never the
+    # backend's first and then an attempt's, so the controller (launch, wait_changed) never waits
+    # for the scheduler's file work.
     def _push(self, at: float, attempt: SimAttempt) -> None:
         heapq.heappush(self._heap, _Due(at, next(self._order), attempt))
         if self._heap[0].attempt is attempt:
@@ -228,37 +234,49 @@ class SimBackend(Backend):
             attempt.writer.close()
             attempt.writer = None
         attempt.returncode = rc
-        self._live.discard(attempt)
+        with self._cond:
+            self._live.discard(attempt)
         self._tell(attempt)
 
     def _tell(self, attempt: SimAttempt) -> None:
-        self._news.add(attempt)
-        self._news_cond.notify_all()
+        with self._news_cond:
+            self._news.add(attempt)
+            self._news_cond.notify_all()
 
-    def _loop(self) -> None:
+    def _next_due(self) -> _Due | None:
+        """The next attempt due (waiting for it), or None once stopped."""
         with self._cond:
             while not self._stopped:
                 now = time.time()
-                if not self._heap or self._heap[0].at > now:
-                    self._cond.wait(timeout=None if not self._heap else self._heap[0].at - now)
-                    continue
-                due = heapq.heappop(self._heap)
-                attempt = due.attempt
+                if self._heap and self._heap[0].at <= now:
+                    return heapq.heappop(self._heap)
+                self._cond.wait(timeout=None if not self._heap else self._heap[0].at - now)
+            return None
+
+    def _loop(self) -> None:
+        while (due := self._next_due()) is not None:
+            attempt, following = due.attempt, None
+            with attempt.lock:
                 if attempt.returncode is not None:
                     continue  # cancelled while waiting
                 try:
-                    self._advance(attempt, due.at)
+                    following = self._advance(attempt, due.at)
                 except Exception as exc:  # noqa: BLE001 - a broken trial directory fails its attempt
                     attempt.error = f"{type(exc).__name__}: {exc}"
                     self._close(attempt, 1)
+            if following is not None:
+                with self._cond:
+                    self._push(following, attempt)
 
-    def _advance(self, attempt: SimAttempt, at: float) -> None:
+    def _advance(self, attempt: SimAttempt, at: float) -> float | None:
+        """Plan or end an epoch; when the attempt goes on, the time its next epoch ends."""
         if attempt.writer is None:
             self._plan(attempt, at)
         else:
             self._end_epoch(attempt, at)
-        if attempt.returncode is None:
-            self._push(at + attempt.epoch_s * math.exp(attempt.rng.gauss(0.0, self.model.noise)), attempt)
+        if attempt.returncode is not None:
+            return None
+        return at + attempt.epoch_s * math.exp(attempt.rng.gauss(0.0, self.model.noise))
 
     def _plan(self, attempt: SimAttempt, at: float) -> None:
         trial_dir = attempt.spec.trial_dir
