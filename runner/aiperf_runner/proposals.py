@@ -65,13 +65,13 @@ class ProposalBuffer:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self._results and (self._shortfall() <= 0 or self.exhausted):
+                while not self._stop and not self._results and (self._wanted() <= 0 or self.exhausted):
                     self._cond.wait()
                 if self._stop:
                     return
                 results = list(self._results)
                 self._results.clear()
-                want = 0 if self.exhausted else self._shortfall()
+                want = 0 if self.exhausted else self._wanted()
             try:
                 for arch_hash, acc in results:
                     self.search.observe(arch_hash, acc)
@@ -94,8 +94,14 @@ class ProposalBuffer:
                                                  list(proposal.morphisms)))
                 self._cond.notify_all()
 
-    def _shortfall(self) -> int:
-        return max(self.target, self.floor) - len(self._ready)
+    def _wanted(self) -> int:
+        """Candidates to ask for now: the shortfall once it is worth a batch (half the target, at
+        most BATCH_MAX), so that one candidate taken is not one search; any shortfall while the
+        first wave is made."""
+        shortfall = max(self.target, self.floor) - len(self._ready)
+        if self.floor or shortfall >= max(1, min(BATCH_MAX, self.target // 2)):
+            return shortfall
+        return 0
 
     def _propose(self, want: int) -> list[Any]:
         batch = getattr(self.search, "propose_batch", None)

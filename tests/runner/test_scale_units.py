@@ -84,3 +84,17 @@ def test_a_group_commit_writer_syncs_on_demand_and_on_close(tmp_path: Path) -> N
     resumed.append("run_resumed", run_id="r")
     resumed.close()
     assert [e.data["seq"] for e in iter_events(log)] == [0, 1, 2]
+
+
+def test_the_buffer_refills_in_batches_not_one_by_one() -> None:
+    search = ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4)
+    buffer = ProposalBuffer(search, target=8)
+    buffer.floor = 0
+    assert buffer._wanted() == 8  # empty: the whole target
+    buffer._ready.extend([None] * 7)  # type: ignore[list-item]
+    assert buffer._wanted() == 0  # one short: not worth a search yet
+    for _ in range(3):
+        buffer._ready.pop()
+    assert buffer._wanted() == 4  # half the target short: one batch
+    buffer.floor = 12
+    assert buffer._wanted() == 8  # the first wave: any shortfall
