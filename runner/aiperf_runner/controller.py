@@ -24,9 +24,11 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +39,7 @@ from typing import Any
 from aiperf_runner import __version__, privacy
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
-from aiperf_runner.proposals import ProposalBuffer, make_search
+from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
 from aiperf_runner.runconfig import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
 from aiperf_runner.runlock import LOCK_FILE, controller_alive, lock, unlock
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
@@ -54,6 +56,8 @@ from aiperf_runner.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.witnessing import WitnessedLog, Witnessing, ask_token, first_line_hash, token_interval
 
 POLL_S = 0.1
+SYNC_S = 0.1  # the controller's log is fsync'ed at least this often (group commit; see spec/eventlog.py)
+MIN_TICK_S = 0.02  # with a backend that reports news: the shortest loop, so that news is handled in batches
 __all__ = ["Controller", "ControllerError", "RunConfig", "controller_alive", "LOCK_FILE", "PRECISIONS", "TRIAL_MODULE"]
 STDERR_TAIL_CHARS = 2000
 # A backend that refuses this many launches in a row, with none accepted in between, is broken
@@ -93,8 +97,12 @@ class Controller:
         self._lock_fh = lock_fh
         self.progress = progress
         self.slots = backend.slots()
-        self.buffer = ProposalBuffer(search, target=max(2, min(len(self.slots), 8)))
+        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)))
         self.running: dict[int, Running] = {}  # slot index -> attempt
+        self._slot_of: dict[TrialHandle, int] = {}  # running handle -> slot index
+        self._free = [slot.index for slot in self.slots]  # a heap: the lowest free slot is filled first
+        self._slot_by_index = {slot.index: slot for slot in self.slots}
+        self._synced_at = time.monotonic()
         self.tails: dict[str, TrialTail] = {}
         self._stop_reason: str | None = None
         self.witnessing: Witnessing | None = None
@@ -175,15 +183,15 @@ class Controller:
             }
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)
-            writer = EventWriter(run_dir / "events.jsonl")
+            writer = EventWriter(run_dir / "events.jsonl", durability="batch")
             self = cls(run_dir, run_json, config, backend, search, hparams, RunState(), writer, lock_fh, progress,
                        masker=masker)
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
         self.buffer.start()
-        # Candidates for the first wave are made before the clock starts: no slot starts idle.
-        self.buffer.wait_ready(min(len(self.slots), self.buffer.target), timeout=120)
+        # Candidates for the whole first wave are made before the clock starts: no slot starts idle.
+        self.buffer.wait_ready(len(self.slots), timeout=max(120.0, 0.1 * len(self.slots)))
         witnessed = {"token": token["token"]} if token else {}
         self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
                   slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
@@ -191,7 +199,7 @@ class Controller:
                   **witnessed)
         if token is not None and service is not None:
             self._start_witnessing(Witnessing(service, str(run_json["run_id"]), float(token["heartbeat_interval_s"]),
-                                              keys.load_private_key(), self.writer.head))
+                                              keys.load_private_key(), self._synced_head()))
         self.keeper = WeightKeeper(run_dir, self.state, self._log, keep_share(config.preset), token is not None)
         return self
 
@@ -207,7 +215,7 @@ class Controller:
             run_json = read_run_json(run_dir)
             config = RunConfig.from_json(privacy.merge_config(run_json.get("config") or {},
                                                               privacy.read_private(run_dir)))
-            writer = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the crash
+            writer = EventWriter(run_dir / "events.jsonl", durability="batch")  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
             retention = RetentionAudit(state, keep_share(config.preset))  # the beacons finished trials met
@@ -273,6 +281,7 @@ class Controller:
         """Run until the duration is over, a stop is requested or the search is exhausted."""
         reason = "stopped"
         try:
+            news: set[TrialHandle] | None = None  # first pass: look at everything
             while True:
                 if self._stop_reason is not None:
                     reason = self._stop_reason
@@ -280,14 +289,15 @@ class Controller:
                 if time.time() >= self.deadline:
                     reason = "duration"
                     break
-                self._check_running()
+                self._check_running(news)
                 self._fill_slots()
                 self._witness()
                 if not self.running and not self.state.waiting() and self.buffer.idle_exhausted:
                     reason = "exhausted"
                     break
                 self._report_progress()
-                time.sleep(POLL_S)
+                self._sync_log()
+                news = self._wait_for_news()
         except BaseException as exc:
             # A failure of the controller itself: stop cleanly, keep the log valid, then re-raise.
             try:
@@ -298,14 +308,43 @@ class Controller:
         self._finish(reason)
         return reason
 
-    def _check_running(self) -> None:
-        for slot_index, run in list(self.running.items()):
+    def _sync_log(self, force: bool = False) -> None:
+        """Group commit: the log's lines are on disk at most SYNC_S after they were written (each is
+        flushed to the OS at once, so a killed controller loses none of them)."""
+        now = time.monotonic()
+        if force or now - self._synced_at >= SYNC_S:
+            self.writer.sync()
+            self._synced_at = now
+
+    def _synced_head(self) -> str:
+        self._sync_log(force=True)  # nothing the service has seen the hash of may be lost in a crash
+        return self.writer.head
+
+    def _wait_for_news(self) -> set[TrialHandle] | None:
+        """The attempts with news, from the backend's own channel when it has one (None: look at
+        every running attempt). Waits at least MIN_TICK_S, so that news arriving by the hundred per
+        second is handled in batches, and at most POLL_S."""
+        started = time.monotonic()
+        news = self.backend.wait_changed(POLL_S)
+        rest = MIN_TICK_S - (time.monotonic() - started)
+        if news is not None and rest > 0:
+            time.sleep(rest)
+            news |= self.backend.wait_changed(0.0) or set()
+        return news
+
+    def _check_running(self, news: set[TrialHandle] | None = None) -> None:
+        """Copy new epochs and close ended attempts: of those in `news`, or of every running one."""
+        if news is None:
+            items = list(self.running.items())
+        else:
+            items = [(i, self.running[i]) for i in (self._slot_of.get(h) for h in news) if i is not None]
+        for slot_index, run in items:
             tail = self._tail(run.trial.trial)
             self._copy_epochs(run.trial, tail)
             rc = run.handle.poll()
             if rc is None:
                 continue
-            del self.running[slot_index]
+            self._release(slot_index)
             self._copy_epochs(run.trial, tail)
             result = tail.result_for(run.attempt)
             if result is not None:  # the trial completed (even if its process then died in teardown)
@@ -349,15 +388,25 @@ class Controller:
         self._say(f"{tr.trial} attempt {attempt} failed ({error.splitlines()[0][:120] if error else ''})"
                   + ("; retrying" if retry else "; giving up"))
 
+    def _release(self, slot_index: int) -> None:
+        run = self.running.pop(slot_index)
+        self._slot_of.pop(run.handle, None)
+        self.tails.pop(run.trial.trial, None)  # a retry reads the trial's log afresh
+        heapq.heappush(self._free, slot_index)
+
     def _fill_slots(self) -> None:
-        for slot in self.slots:
-            if slot.index in self.running:
-                continue
+        """Each free slot once, lowest first: work that grows with the free slots, not all of them."""
+        refused: list[int] = []
+        while self._free:
             waiting = self.state.waiting()
             tr = waiting[0] if waiting else self._next_trial()
             if tr is None:
-                return
-            self._launch(tr, slot)
+                break
+            index = heapq.heappop(self._free)
+            if not self._launch(tr, self._slot_by_index[index]):
+                refused.append(index)
+        for index in refused:
+            heapq.heappush(self._free, index)
 
     def _next_trial(self) -> TrialState | None:
         candidate = self.buffer.take()
@@ -370,7 +419,9 @@ class Controller:
         hparams, source = self.hparams.suggest(trial_id, self.state.trials.get(parent or ""), round_)
         budget = epoch_budget(self.config.epoch_budgets or self.preset.epoch_budgets, round_)
         trial_dir = self.run_dir / "trials" / trial_id
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        if trial_dir.exists():  # left by a trial whose lines a crash of the machine lost (group commit)
+            shutil.rmtree(trial_dir)
+        trial_dir.mkdir(parents=True)
         (trial_dir / "graph.json").write_text(candidate.graph.dumps())
         _write_json(trial_dir / "hparams.json", hparams)
         dataset = self.run_json["dataset"]
@@ -386,7 +437,7 @@ class Controller:
                   epoch_budget=budget)
         return self.state.trials[trial_id]
 
-    def _launch(self, tr: TrialState, slot: Slot) -> None:
+    def _launch(self, tr: TrialState, slot: Slot) -> bool:
         attempt = tr.last_attempt + 1
         trial_dir = self.run_dir / "trials" / tr.trial
         argv = (sys.executable, "-m", self.config.trial_module, str(trial_dir.resolve()),
@@ -404,11 +455,13 @@ class Controller:
                 raise ControllerError(f"the {self.config.backend} backend failed to launch "
                                       f"{self._launch_failures_in_a_row} attempts in a row; the last: "
                                       f"{type(exc).__name__}: {exc}") from exc
-            return
+            return False
         self._launch_failures_in_a_row = 0
         self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(handle.nodes),
                   devices=slot.world_size)
         self.running[slot.index] = Running(tr, attempt, slot, handle)
+        self._slot_of[handle] = slot.index
+        return True
 
     def _tail(self, trial: str) -> TrialTail:
         tail = self.tails.get(trial)
@@ -438,7 +491,7 @@ class Controller:
             # A trial cancelled just after writing its weights did not finish: they count for nothing.
             (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
             self.hparams.tell(run.trial.trial, None)
-            del self.running[slot_index]
+            self._release(slot_index)
         fields = {"reason": reason}
         if error:
             fields["error"] = error
@@ -461,7 +514,7 @@ class Controller:
     def _start_witnessing(self, witnessing: Witnessing) -> None:
         self.witnessing = witnessing
         self.witnessed_log = WitnessedLog(
-            witnessing, self._log, lambda: self.writer.head,
+            witnessing, self._log, self._synced_head,
             lambda: (self._score.work, self.state.epoch_lines, self.state.best_epoch_accuracy),
             lambda beacon: self.keeper.receipt(beacon) if self.keeper is not None else None, self._say)
 

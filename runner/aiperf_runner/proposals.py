@@ -26,16 +26,28 @@ class Candidate:
     morphisms: list[str]
 
 
+BATCH_MAX = 32  # candidates asked of the search at once, when it offers `propose_batch`
+
+
+def ready_target(slots: int) -> int:
+    """Candidates to keep ready: 8 (fewer for fewer slots), up to one for every 16 slots beyond that,
+    at most 256: enough that a burst of slots ending together never waits for the search."""
+    return max(2, min(slots, 8)) if slots <= 128 else min(256, slots // 16)
+
+
 class ProposalBuffer:
     """A thread that keeps `target` candidates ready and feeds results to the search.
 
     All calls into the search happen on this thread, so the search needs no locking; the controller
-    only puts results in and takes candidates out.
+    only puts results in and takes candidates out. A search with `propose_batch(count)` is asked for
+    the whole shortfall at once (at most `BATCH_MAX`): one model fit and one annealing pass serve many
+    slots.
     """
 
     def __init__(self, search: ArchitectureSearcher, target: int) -> None:
         self.search = search
         self.target = max(1, target)
+        self.floor = 0  # more than `target` kept ready while the first wave is made (`wait_ready`)
         self._ready: deque[Candidate] = deque()
         self._results: deque[tuple[str, float]] = deque()
         self._cond = threading.Condition()
@@ -53,20 +65,20 @@ class ProposalBuffer:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self._results and (len(self._ready) >= self.target or self.exhausted):
+                while not self._stop and not self._results and (self._wanted() <= 0 or self.exhausted):
                     self._cond.wait()
                 if self._stop:
                     return
                 results = list(self._results)
                 self._results.clear()
-                want = len(self._ready) < self.target and not self.exhausted
+                want = 0 if self.exhausted else self._wanted()
             try:
                 for arch_hash, acc in results:
                     self.search.observe(arch_hash, acc)
-                if not want:
+                if want <= 0:
                     continue
                 t = time.perf_counter()
-                proposal = self.search.propose()
+                proposals = self._propose(want)
                 self.propose_seconds += time.perf_counter() - t
             except BaseException as exc:  # noqa: BLE001 - handed to the controller
                 with self._cond:
@@ -74,13 +86,29 @@ class ProposalBuffer:
                     self._cond.notify_all()
                 return
             with self._cond:
-                if proposal is None:
+                if not proposals:
                     self.exhausted = True
-                else:
+                for proposal in proposals:
                     self.proposals += 1
                     self._ready.append(Candidate(proposal.graph, proposal.arch_hash, proposal.parent_hash,
                                                  list(proposal.morphisms)))
                 self._cond.notify_all()
+
+    def _wanted(self) -> int:
+        """Candidates to ask for now: the shortfall once it is worth a batch (half the target, at
+        most BATCH_MAX), so that one candidate taken is not one search; any shortfall while the
+        first wave is made."""
+        shortfall = max(self.target, self.floor) - len(self._ready)
+        if self.floor or shortfall >= max(1, min(BATCH_MAX, self.target // 2)):
+            return shortfall
+        return 0
+
+    def _propose(self, want: int) -> list[Any]:
+        batch = getattr(self.search, "propose_batch", None)
+        if batch is not None and want > 1:
+            return list(batch(min(want, BATCH_MAX)))
+        proposal = self.search.propose()
+        return [] if proposal is None else [proposal]
 
     def observe(self, arch_hash: str, accuracy: float) -> None:
         with self._cond:
@@ -101,9 +129,12 @@ class ProposalBuffer:
         """Block until `count` candidates are ready (or the search is exhausted / failed / timeout)."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            self.floor = count
+            self._cond.notify_all()
             while (len(self._ready) < count and not self.exhausted and self.error is None
                    and time.monotonic() < deadline):
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+            self.floor = 0
 
     @property
     def idle_exhausted(self) -> bool:

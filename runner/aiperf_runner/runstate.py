@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,24 @@ from aiperf_runner.spec.scoring import DEFAULT_RULES, ScoreAccumulator, check_ru
 __all__ = ["INTERRUPTED", "TERMINAL", "Attempt", "RunState", "TrialState", "read_run_json"]
 
 
+WAITING = ("proposed", "retry")
+_TRIAL_EVENTS = frozenset({"trial_proposed", "trial_started", "trial_finished", "trial_failed", "trial_cancelled"})
+
+
 class RunState(Replay):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._waiting: dict[str, TrialState] = {}  # kept as events are applied: waiting() costs no scan
+
+    def apply(self, ev: Mapping[str, Any], line: int = 0) -> None:
+        super().apply(ev, line)
+        if ev.get("type") in _TRIAL_EVENTS:
+            tr = self.trials.get(str(ev.get("trial")))
+            if tr is not None and tr.status in WAITING:
+                self._waiting[tr.trial] = tr
+            elif tr is not None:
+                self._waiting.pop(tr.trial, None)
+
     @classmethod
     def load(cls, path: str | Path, *, allow_partial_tail: bool = True, **kwargs: Any) -> RunState:
         """Replay a run directory's log (or a log file); keeps each trial's epoch records by default."""
@@ -42,9 +59,9 @@ class RunState(Replay):
 
     def waiting(self) -> list[TrialState]:
         """Trials proposed but not started, or failed and due for a retry (in proposal order)."""
-        if not (self.status_counts["proposed"] or self.status_counts["retry"]):
+        if not self._waiting:
             return []
-        return [tr for tr in self.trials.values() if tr.status in ("proposed", "retry")]
+        return sorted(self._waiting.values(), key=lambda tr: tr.seq)
 
     def count(self, status: str) -> int:
         return self.status_counts[status]

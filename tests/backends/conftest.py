@@ -31,9 +31,14 @@ def _make_inprocess(run_dir: Path, slots: int) -> Backend:
     return load_backend("inprocess")(run_dir, slots=slots)
 
 
+def _make_sim(run_dir: Path, slots: int) -> Backend:
+    return load_backend("sim")(run_dir, slots=slots)
+
+
 BACKEND_CASES: dict[str, BackendCase] = {
     "local": BackendCase(_make_local),
     "inprocess": BackendCase(_make_inprocess, processes=False, captures_output=False, applies_env=False),
+    "sim": BackendCase(_make_sim, processes=False, captures_output=False, applies_env=False),
 }
 
 

@@ -155,3 +155,41 @@ def test_propose_in_a_thread_while_observing(seed_graph):
     t.join()
     assert not errors
     assert len({p.arch_hash for p in proposals}) == 10
+
+
+def test_a_batch_is_distinct_new_architectures_best_first(seed_graph):
+    s = ArchitectureSearch(seed_graph, rng_seed=2, n_neighbours=4, max_expansions=4)
+    first = s.propose_batch(6)  # the seed, then its children from the same pass
+    assert first[0].arch_hash == seed_graph.hash() and 1 < len(first) <= 6
+    rng = random.Random(0)
+    for p in first:
+        s.observe(p.arch_hash, _fake_accuracy(p.graph, rng))
+    batch = s.propose_batch(8)
+    assert 1 < len(batch) <= 8
+    hashes = [p.arch_hash for p in first + batch]
+    assert len(set(hashes)) == len(hashes) and all(p.arch_hash == p.graph.hash() for p in batch)
+    acquisitions = [p.acquisition for p in batch]
+    assert acquisitions == sorted(acquisitions, reverse=True)
+    assert all(s.propose().arch_hash not in hashes for _ in range(3))  # never proposed again
+
+
+def test_the_gp_history_is_bounded_keeping_the_best_and_the_latest(seed_graph):
+    s = ArchitectureSearch(seed_graph, rng_seed=3, n_neighbours=4, max_expansions=4, max_history=10)
+    rng = random.Random(0)
+    accuracies = {}
+    for _ in range(6):
+        for p in s.propose_batch(5):
+            accuracies[p.arch_hash] = _fake_accuracy(p.graph, rng)
+            s.observe(p.arch_hash, accuracies[p.arch_hash])
+    s.propose()  # drains and refits
+    held = s._obs_hashes
+    assert len(accuracies) > 20 and len(held) == 10 and len(set(held)) == 10
+    best5 = sorted(accuracies, key=accuracies.get, reverse=True)[:5]
+    assert set(best5) <= set(held)
+    latest = list(accuracies)[-3:]
+    assert set(latest) <= set(held)
+    # the distance matrix is the one a fresh computation gives for the rows held, in their order
+    fresh = np.array([[0.0 if a == b else s._bank.distances([s._descriptor(b)], s.skip_weight)[0][s._obs_index[a]]
+                       for a in held] for b in held])
+    assert np.allclose(s._dist[:10, :10], fresh, atol=1e-4)
+    assert s.gp.n == 10 and s.best()[0] == best5[0]  # every result still counts for the best

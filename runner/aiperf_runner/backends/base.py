@@ -7,6 +7,7 @@ own (PBS, LSF, Kubernetes) in a separate package without forking the runner.
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -120,6 +121,17 @@ class Backend(abc.ABC):
     def system_facts(self) -> dict[str, Any]:
         """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
         return {}
+
+    def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
+        """Wait up to `timeout` seconds for news: the attempts that appended to their trial's
+        `events.jsonl` or ended since the last call (an empty set when none did in time).
+
+        None, the default after sleeping `timeout`: this backend cannot tell, and the controller
+        looks at every running attempt. A backend that knows (its own channel, inotify) saves the
+        controller work that grows with the number of running attempts.
+        """
+        time.sleep(timeout)
+        return None
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """On resume: stop whatever a killed controller left running for this trial.

@@ -62,6 +62,10 @@ from aiperf_runner.search.protocols import ArchitectureSearcher
 from aiperf_runner.spec.graph import Graph
 
 BETA = 2.576
+# The GP is fitted on at most this many architectures (the better half by accuracy and the most
+# recent): a fit costs O(n^3) and the distance matrix O(n^2), and thousands of slots bring hundreds
+# of results a minute. 1,000 points fit in tens of milliseconds on one core.
+MAX_HISTORY = 1000
 
 
 @dataclass
@@ -89,7 +93,7 @@ class ArchitectureSearch:
                  max_params: int | None = None, max_filters: int | None = None, beta: float = BETA,
                  n_neighbours: int = 8, max_expansions: int = 12, max_pops: int = 48, max_chain: int = 2,
                  t_min: float = 1e-4, anneal: float = 0.9, noise: float = 1e-2, skip_weight: float = 1.0,
-                 length_scale: float | None = None) -> None:
+                 length_scale: float | None = None, max_history: int | None = MAX_HISTORY) -> None:
         seed_graph.validate()
         self.seed_graph = seed_graph.copy()
         self.seed_hash = seed_graph.hash()
@@ -105,13 +109,16 @@ class ArchitectureSearch:
         self.t_min = t_min
         self.anneal = anneal
         self.skip_weight = skip_weight
+        self.max_history = max_history
         self.gp = GaussianProcess(noise=noise, length_scale=length_scale)
         self._rng = random.Random(rng_seed)
         self._archs: dict[str, _Arch] = {}          # every proposed or registered architecture
         self._order: list[str] = []                 # in proposal/registration order
         self._obs: dict[str, list[float]] = {}      # arch hash -> accuracies observed
         self._obs_index: dict[str, int] = {}        # arch hash -> row in the distance matrix
-        self._obs_hashes: list[str] = []
+        self._obs_hashes: list[str] = []          # the architectures the GP is fitted on (row order)
+        self._obs_added: list[int] = []             # when each row got its architecture
+        self._rows_replaced = False                 # since the last fit: the next one is not incremental
         self._bank = DescriptorBank()
         self._dist = np.zeros((0, 0), dtype=np.float32)
         self._fitted_at = -1                        # number of observations at the last fit
@@ -193,6 +200,10 @@ class ArchitectureSearch:
         if h in self._obs:
             self._obs[h].append(acc)
             return
+        self._obs[h] = [acc]
+        if self.max_history is not None and len(self._obs_hashes) >= self.max_history:
+            self._replace_row(self._victim(), h)
+            return
         desc = self._descriptor(h)
         row = self._bank.distances([desc], self.skip_weight)[0]  # distances to the n already observed
         n = len(self._obs_hashes)
@@ -205,9 +216,34 @@ class ArchitectureSearch:
         self._dist[:n, n] = row
         self._dist[n, n] = 0.0
         self._bank.add(desc)
-        self._obs[h] = [acc]
         self._obs_index[h] = n
         self._obs_hashes.append(h)
+        self._obs_added.append(self._n_obs_total)
+
+    def _victim(self) -> int:
+        """The row a new architecture takes once the GP holds `max_history`: the oldest of those
+        outside the better half by mean accuracy (the best stay, the rest is a recent window)."""
+        means = np.array([sum(self._obs[h]) / len(self._obs[h]) for h in self._obs_hashes])
+        keep = len(means) // 2
+        best = np.argpartition(-means, keep - 1)[:keep] if keep else np.zeros(0, dtype=np.int64)
+        added = np.array(self._obs_added, dtype=np.float64)
+        added[best] = np.inf
+        return int(np.argmin(added))
+
+    def _replace_row(self, i: int, h: str) -> None:
+        """Architecture `h` takes row `i` of the GP's points (its old one leaves the model, not `_obs`)."""
+        del self._obs_index[self._obs_hashes[i]]
+        desc = self._descriptor(h)
+        self._bank.put(i, desc)
+        n = len(self._obs_hashes)
+        row = self._bank.distances([desc], self.skip_weight)[0]
+        row[i] = 0.0
+        self._dist[i, :n] = row
+        self._dist[:n, i] = row
+        self._obs_hashes[i] = h
+        self._obs_index[h] = i
+        self._obs_added[i] = self._n_obs_total
+        self._rows_replaced = True
 
     # ---- model --------------------------------------------------------------------------------
     def _refit(self) -> None:
@@ -216,8 +252,9 @@ class ArchitectureSearch:
         n = len(self._obs_hashes)
         y = np.array([sum(self._obs[h]) / len(self._obs[h]) for h in self._obs_hashes])
         counts = np.array([len(self._obs[h]) for h in self._obs_hashes], dtype=np.float64)
-        self.gp.fit(self._dist[:n, :n], y, counts, incremental=True)
+        self.gp.fit(self._dist[:n, :n], y, counts, incremental=not self._rows_replaced)
         self._fitted_at = self._n_obs_total
+        self._rows_replaced = False
 
     def _acquisition(self, descs: Sequence[Descriptor]) -> np.ndarray:
         if not descs:
@@ -270,31 +307,51 @@ class ArchitectureSearch:
 
     def propose(self) -> Proposal | None:
         """The next architecture to train; None when no new architecture can be found."""
+        batch = self.propose_batch(1)
+        return batch[0] if batch else None
+
+    def propose_batch(self, count: int) -> list[Proposal]:
+        """Up to `count` new architectures from one model fit and one annealing pass: the distinct
+        candidates of highest acquisition among those the pass visited (at most `max_expansions`
+        x `n_neighbours`), best first. Without fantasised results a batch ignores what its own
+        members will teach the model; at thousands of slots results arrive by the hundred per
+        second anyway, and one pass per batch is what lets proposals keep up. Empty when no new
+        architecture can be found."""
         with self._search_lock, blas_single_thread():
             self._drain()
+            out: list[Proposal] = []
             if self.seed_hash not in self._archs and self.seed_hash not in self._known:
-                return self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None)
+                out.append(self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None))
+                if count <= 1:
+                    return out
             self._refit()
-            found = self._anneal()
-            if found is None:
+            out += self._anneal(count - len(out))
+            if not out:
                 found = self._random_fallback()
-            return found
+                out = [found] if found is not None else []
+            return out
 
-    def _anneal(self) -> Proposal | None:
+    def _anneal(self, count: int = 1) -> list[Proposal]:
         counter = itertools.count()
-        heap: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+        heap: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
+        # Roots of equal value (all of them before the first result) in random order: in insertion
+        # order the same first few would be expanded every time, and their neighbourhoods run dry.
         if self._obs_hashes:
             for h in self._obs_hashes:
                 value = sum(self._obs[h]) / len(self._obs[h])
-                heapq.heappush(heap, (-value, next(counter), self._archs[h].graph, h, [], []))
+                heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], []))
         else:
             for h in self._order:
-                heapq.heappush(heap, (0.0, next(counter), self._archs[h].graph, h, [], []))
-        candidates: list[tuple[float, int, Graph, str, list[str], list[dict[str, Any]]]] = []
+                heapq.heappush(heap, (0.0, -self._rng.random(), self._archs[h].graph, h, [], []))
+        candidates: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
         best_acq = -math.inf
         t = 1.0
         pops = expansions = 0
-        while heap and t > self.t_min and pops < self.max_pops and expansions < self.max_expansions:
+        # A batch explores in proportion to its size: `max_expansions` (and pops) per 16 candidates
+        # (12 x 8 neighbours: six evaluated for each one proposed).
+        scale = max(1, math.ceil(count / 16))
+        max_pops, max_expansions = self.max_pops * scale, self.max_expansions * scale
+        while heap and t > self.t_min and pops < max_pops and expansions < max_expansions:
             neg_value, _, graph, root, ops, details = heapq.heappop(heap)
             pops += 1
             value = -neg_value
@@ -311,7 +368,9 @@ class ArchitectureSearch:
                         continue
                     children.append((child, desc))
                 if children:
-                    acq = self._acquisition([describe(c) for c, _ in children])
+                    # Before the first result every acquisition is 0: no descriptor is needed.
+                    acq = (self._acquisition([describe(c) for c, _ in children]) if self._obs_hashes
+                           else np.zeros(len(children)))
                     for (child, desc), a in zip(children, acq, strict=True):
                         item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc])
                         heapq.heappush(heap, item)
@@ -321,13 +380,17 @@ class ArchitectureSearch:
         candidates.sort(key=lambda c: (c[0], c[1]))
         with self._inbox_lock:
             known = set(self._known)
+        chosen: list[Proposal] = []
         for neg_acq, _, graph, root, ops, details in candidates:
+            if len(chosen) >= count:
+                break
             h = graph.hash()
             if h in known:
                 continue
-            graph.validate()  # morphisms are valid by construction; checked once on the chosen one
-            return self._accept(h, graph, root, ops, details, -neg_acq)
-        return None
+            known.add(h)
+            graph.validate()  # morphisms are valid by construction; checked once on each chosen one
+            chosen.append(self._accept(h, graph, root, ops, details, -neg_acq))
+        return chosen
 
     def _random_fallback(self, attempts: int = 200) -> Proposal | None:
         """Random morphism chains from random known architectures (when annealing found nothing new)."""

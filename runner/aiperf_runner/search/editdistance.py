@@ -248,7 +248,13 @@ class DescriptorBank:
         return seqs, lengths
 
     def add(self, desc: Descriptor) -> int:
-        i = self.n
+        i = self.put(self.n, desc)
+        self.n += 1
+        return i
+
+    def put(self, i: int, desc: Descriptor) -> int:
+        """Store `desc` as reference `i` (an existing one is replaced; i == n appends without
+        counting it: `add` does that)."""
         for kind in ("tok", "skip"):
             seq, length = self._encode([desc], kind)
             arr, lens = self._seqs[kind], self._lens[kind]
@@ -264,7 +270,6 @@ class DescriptorBank:
             lens[i] = length[0]
             self._seqs[kind], self._lens[kind] = arr, lens
             self._max[kind] = max(self._max[kind], int(length[0]))
-        self.n += 1
         return i
 
     def distances(self, descs: Sequence[Descriptor], skip_weight: float = 1.0) -> np.ndarray:

@@ -1,0 +1,216 @@
+"""The real controller, search and event log at 8, 64, 512 and 4,096 slots, on the `sim` backend.
+
+Each scale is one run of `Controller` (the architecture search, the hyper-parameter search, the
+hash-chained log, the live score: all real) whose trials are simulated by the `sim` backend
+(runner/aiperf_runner/backends/sim.py: epochs take FLOPs / slot speed, with noise, failures and
+stragglers; simulated time is wall time). Each scale runs in its own process under a timeout.
+Printed per scale:
+
+  util        slot utilisation from the log (RunState.slot_utilisation)
+  ctl s/trial CPU seconds of the controller's own thread per ended attempt (the search's thread
+              and the simulator's thread are shown apart: they are not the controller's loop)
+  demand/s    proposals the slots ask for: slots / mean attempt length
+  deliv/s     proposals the search made per second
+  log B/s     bytes of the main events.jsonl per second of run
+  score/slot  the run's score (spec/scoring.py) per slot, relative to the 8-slot figure (or to the
+              smallest scale run)
+  prep s      seconds from the controller's start to the run's (the first wave of proposals is made
+              before the clock starts)
+
+    python bench/controller_scale.py                                  # 8,64,512,4096 slots, 20-s trials, 60 s each
+    python bench/controller_scale.py --slots 8,512 --trial-s 60 --duration 600
+    python bench/controller_scale.py --failure-rate 0.02 --straggler-rate 0.02 --json out.json
+
+The trial length is that of the preset's seed architecture (`--epochs` epochs of `--trial-s / --epochs`
+seconds each, at the sim's speed); children of the search take longer in proportion to their FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner.controller import Controller
+from aiperf_runner.presets import get_preset
+from aiperf_runner.runconfig import RunConfig
+from aiperf_runner.runstate import RunState
+from aiperf_runner.search.seeds import seed_for_preset
+from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.scoring import score_run
+
+TICK_S = os.sysconf("SC_CLK_TCK")
+
+
+def seed_flops_per_s(preset: str, trial_s: float, epochs: int) -> float:
+    """The per-device speed at which the preset's seed architecture trains `epochs` in `trial_s`."""
+    p = get_preset(preset)
+    data = p.dataset(None)
+    counts = flops_per_image(seed_for_preset(preset, data["classes"], data["image_size"]))
+    work = counts.train * data["train_images"] + counts.eval * data["val_images"]
+    return work * epochs / trial_s
+
+
+class ThreadClock:
+    """Samples the CPU time of this process's threads by name (a thread's time is read while it lives)."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.cpu: dict[str, float] = {}
+        self._start: dict[str, float] = {}
+        self._armed = False
+        self._stop = threading.Event()
+        self._every = every_s
+        self._thread = threading.Thread(target=self._loop, name="thread-clock", daemon=True)
+
+    def sample(self) -> None:
+        for t in threading.enumerate():
+            try:
+                fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            used = (int(fields[11]) + int(fields[12])) / TICK_S  # utime + stime
+            # Time a thread spent before the run (the imports) is not the run's; later threads start at 0.
+            self._start.setdefault(t.name, 0.0 if self._armed else used)
+            self.cpu[t.name] = used - self._start[t.name]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            self.sample()
+
+    def __enter__(self) -> ThreadClock:
+        self.sample()
+        self._armed = True
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.sample()
+
+
+def run_one(args: argparse.Namespace) -> dict[str, Any]:
+    """One scale, in this process: the controller's run and what only this process can see."""
+    options = {"flops_per_s": seed_flops_per_s(args.preset, args.trial_s, args.epochs), "noise": args.noise,
+               "failure_rate": args.failure_rate, "straggler_rate": args.straggler_rate, "seed": args.seed,
+               "slot_spread": args.slot_spread}
+    config = RunConfig(preset=args.preset, slots=args.one, duration_s=args.duration, backend="sim",
+                       backend_options=options, epoch_budgets=[args.epochs] * 4, seed=args.seed)
+    cpu0, wall0 = time.process_time(), time.time()
+    with ThreadClock() as clock:
+        controller = Controller.create(config, args.run_dir)
+        buffer = controller.buffer
+        controller.run()
+    return {"threads_cpu_s": clock.cpu, "process_cpu_s": time.process_time() - cpu0, "wall_s": time.time() - wall0,
+            "proposals": buffer.proposals, "propose_s": buffer.propose_seconds, "created_at": wall0}
+
+
+def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]:
+    state = RunState.load(run_dir)
+    assert state.started_at is not None
+    end = state.finished_at or state.last_t or state.started_at
+    span = max(end - state.started_at, 1e-9)
+    attempts = [a for tr in state.trials.values() for a in tr.attempts]
+    ended = [a for a in attempts if a.ended is not None and a.outcome != "cancelled"]
+    mean_len = sum(a.ended - a.started for a in ended) / len(ended) if ended else float("nan")
+    threads = inside["threads_cpu_s"]
+    series = score_run(run_dir)
+    return {
+        "slots": slots, "span_s": span, "utilisation": state.slot_utilisation() or 0.0,
+        "attempts_ended": len(ended), "trials_proposed": len(state.trials),
+        "controller_cpu_s": threads.get("MainThread", 0.0), "search_cpu_s": threads.get("proposal-buffer", 0.0),
+        "sim_cpu_s": threads.get("sim-backend", 0.0), "process_cpu_s": inside["process_cpu_s"],
+        "ctl_s_per_trial": threads.get("MainThread", 0.0) / max(len(ended), 1),
+        "demand_per_s": slots / mean_len if ended else float("nan"),
+        "delivered_per_s": inside["proposals"] / span, "propose_s_mean": inside["propose_s"] / max(inside["proposals"], 1),
+        "log_bytes_per_s": (run_dir / "events.jsonl").stat().st_size / span,
+        "score": series.score, "score_per_slot": series.score / slots,
+        "first_wave_s": state.started_at - inside["created_at"],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--slots", default="8,64,512,4096", help="comma-separated scales (default 8,64,512,4096)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of run per scale (default 60)")
+    p.add_argument("--trial-s", type=float, default=20.0, help="seconds of the seed architecture's trial (default 20)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs per trial, every round (default 2)")
+    p.add_argument("--preset", default="smoke", help="smoke (default) or fashion-mnist: presets needing no --data")
+    p.add_argument("--noise", type=float, default=0.05)
+    p.add_argument("--failure-rate", type=float, default=0.01)
+    p.add_argument("--straggler-rate", type=float, default=0.01)
+    p.add_argument("--slot-spread", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed beyond --duration per scale")
+    p.add_argument("--json", type=Path, help="write the table here as well")
+    p.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one scale in this process
+    p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--inside", type=Path, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def child_argv(args: argparse.Namespace, slots: int, run_dir: Path, inside: Path) -> list[str]:
+    return [sys.executable, __file__, "--one", str(slots), "--run-dir", str(run_dir), "--inside", str(inside),
+            "--duration", str(args.duration), "--trial-s", str(args.trial_s), "--epochs", str(args.epochs),
+            "--preset", args.preset, "--noise", str(args.noise), "--failure-rate", str(args.failure_rate),
+            "--straggler-rate", str(args.straggler_rate), "--slot-spread", str(args.slot_spread),
+            "--seed", str(args.seed)]
+
+
+def print_row(row: dict[str, Any], base: float | None) -> None:
+    rel = row["score_per_slot"] / base if base else float("nan")
+    print(f"{row['slots']:>6} {row['utilisation']:>7.2%} {row['ctl_s_per_trial'] * 1000:>9.2f} ms "
+          f"{row['search_cpu_s']:>8.1f} {row['sim_cpu_s']:>7.1f} {row['demand_per_s']:>9.1f} {row['delivered_per_s']:>8.1f} "
+          f"{row['log_bytes_per_s'] / 1024:>9.1f} {rel:>11.3f} {row['first_wave_s']:>7.1f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one is not None:
+        assert args.run_dir is not None and args.inside is not None
+        args.inside.write_text(json.dumps(run_one(args)))
+        return 0
+    scales = [int(s) for s in args.slots.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="aiperf-bench-scale-"))
+    print(f"controller at scale on the sim backend: {args.preset}, {args.epochs}-epoch trials of {args.trial_s:g} s "
+          f"(seed architecture), {args.duration:g} s per scale, failures {args.failure_rate:g}, stragglers "
+          f"{args.straggler_rate:g}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    print(f"{'slots':>6} {'util':>7} {'ctl/trial':>12} {'search s':>8} {'sim s':>7} {'demand/s':>9} {'deliv/s':>8} "
+          f"{'log KiB/s':>9} {'score/slot':>11} {'prep s':>7}")
+    rows, base = [], None
+    for slots in scales:
+        run_dir, inside = work / f"s{slots}", work / f"s{slots}.json"
+        try:
+            done = subprocess.run(child_argv(args, slots, run_dir, inside), timeout=args.duration + args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{slots:>6} TIMED OUT after {args.duration + args.timeout:g} s", flush=True)
+            continue
+        if done.returncode != 0 or not inside.exists():
+            print(f"{slots:>6} FAILED (exit status {done.returncode})", flush=True)
+            continue
+        row = measure(run_dir, json.loads(inside.read_text()), slots)
+        base = base or row["score_per_slot"]
+        row["score_per_slot_rel"] = row["score_per_slot"] / base
+        rows.append(row)
+        print_row(row, base)
+        if not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    if args.keep:
+        print(f"run directories kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if len(rows) == len(scales) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

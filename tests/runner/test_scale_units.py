@@ -1,0 +1,100 @@
+"""Units of the controller's scale work: proposals asked for in batches, the ready target by slots,
+waiting trials kept without a scan, a backend without a news channel (well under a second)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiperf_runner.backends.base import load_backend
+from aiperf_runner.proposals import BATCH_MAX, ProposalBuffer, ready_target
+from aiperf_runner.runstate import RunState
+from aiperf_runner.search.bayesian import ArchitectureSearch
+from aiperf_runner.search.seeds import small_resnet
+
+
+def test_the_ready_target_grows_with_slots_within_bounds() -> None:
+    assert [ready_target(n) for n in (1, 2, 8, 64, 512, 4096, 100_000)] == [2, 2, 8, 8, 32, 256, 256]
+
+
+def test_the_buffer_asks_for_its_shortfall_in_batches() -> None:
+    search = ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4)
+    calls: list[int] = []
+    batch = search.propose_batch
+
+    def counted(count: int):  # type: ignore[no-untyped-def]
+        calls.append(count)
+        return batch(count)
+
+    search.propose_batch = counted  # type: ignore[method-assign]
+    buffer = ProposalBuffer(search, target=4).start()
+    try:
+        buffer.wait_ready(12, timeout=60)  # the first wave: more than the target
+        taken = [buffer.take() for _ in range(12)]
+    finally:
+        buffer.stop()
+    assert all(c is not None for c in taken)
+    assert len({c.arch_hash for c in taken if c is not None}) == 12
+    assert calls and max(calls) <= BATCH_MAX and max(calls) > 1
+    assert len(calls) < 12  # fewer searches than proposals
+
+
+def _event(kind: str, trial: str, **fields: object) -> dict[str, object]:
+    return {"type": kind, "trial": trial, "t": 1.0, **fields}
+
+
+def test_waiting_trials_in_proposal_order_as_events_apply() -> None:
+    state = RunState()
+    state.apply({"type": "run_started", "t": 0.0, "slots": 2, "run_id": "r"})
+    for i in range(3):
+        state.apply(_event("trial_proposed", f"t{i:04d}", arch_hash=f"h{i}", round=0, epoch_budget=1))
+    assert [tr.trial for tr in state.waiting()] == ["t0000", "t0001", "t0002"]
+    state.apply(_event("trial_started", "t0000", attempt=1, slot=0))
+    state.apply(_event("trial_started", "t0001", attempt=1, slot=1))
+    assert [tr.trial for tr in state.waiting()] == ["t0002"]
+    state.apply(_event("trial_failed", "t0001", attempt=1, error="x", retry=True))
+    assert [tr.trial for tr in state.waiting()] == ["t0001", "t0002"]  # the retry first: proposed earlier
+    state.apply(_event("trial_failed", "t0000", attempt=1, error="x", retry=False))
+    assert [tr.trial for tr in state.waiting()] == ["t0001", "t0002"]
+
+
+def test_a_backend_without_a_news_channel_says_so(tmp_path: Path) -> None:
+    backend = load_backend("inprocess")(tmp_path, slots=1)
+    assert backend.wait_changed(0.01) is None
+    sim = load_backend("sim")(tmp_path, slots=1)
+    try:
+        assert sim.wait_changed(0.01) == set()
+    finally:
+        sim.shutdown()
+
+
+def test_a_group_commit_writer_syncs_on_demand_and_on_close(tmp_path: Path) -> None:
+    from aiperf_runner.spec.eventlog import EventWriter, iter_events
+
+    log = tmp_path / "events.jsonl"
+    writer = EventWriter(log, durability="batch")
+    writer.append("run_started", run_id="r")
+    assert writer._unsynced  # written and flushed to the OS, not yet fsync'ed
+    assert [e.data["type"] for e in iter_events(log)] == ["run_started"]  # a reader sees it at once
+    writer.sync()
+    assert not writer._unsynced
+    writer.append("run_finished", reason="duration")
+    writer.close()
+    assert not writer._unsynced
+    resumed = EventWriter(log)  # the chain continues
+    resumed.append("run_resumed", run_id="r")
+    resumed.close()
+    assert [e.data["seq"] for e in iter_events(log)] == [0, 1, 2]
+
+
+def test_the_buffer_refills_in_batches_not_one_by_one() -> None:
+    search = ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4)
+    buffer = ProposalBuffer(search, target=8)
+    buffer.floor = 0
+    assert buffer._wanted() == 8  # empty: the whole target
+    buffer._ready.extend([None] * 7)  # type: ignore[list-item]
+    assert buffer._wanted() == 0  # one short: not worth a search yet
+    for _ in range(3):
+        buffer._ready.pop()
+    assert buffer._wanted() == 4  # half the target short: one batch
+    buffer.floor = 12
+    assert buffer._wanted() == 8  # the first wave: any shortfall
