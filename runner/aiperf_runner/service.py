@@ -174,8 +174,12 @@ def request_run_token(service: Service, fields: dict[str, Any]) -> dict[str, Any
     return data
 
 
-def post_heartbeat(service: Service, run_id: str, body: dict[str, Any], timeout: float = 20.0) -> httpx.Response:
-    """One heartbeat, no retries (the caller's loop retries with a fresh heartbeat)."""
+def post_heartbeat(service: Service, run_id: str, body: dict[str, Any], timeout: float = 20.0,
+                   http: httpx.Client | None = None) -> httpx.Response:
+    """One heartbeat, no retries (the caller's loop retries with a fresh heartbeat). `http`: a client kept
+    across heartbeats (making one loads the CA store: most of a heartbeat's CPU)."""
+    if http is not None:
+        return http.post(f"/api/v1/runs/{run_id}/heartbeats/", json=body)
     with client(service, timeout=timeout) as c:
         return c.post(f"/api/v1/runs/{run_id}/heartbeats/", json=body)
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiperf_runner.service import Service, post_heartbeat, run_receipts
+from aiperf_runner.service import Service, client, post_heartbeat, run_receipts
 from aiperf_runner.spec import witness as spec_witness
 
 FIRST_RETRY_S = 5.0
@@ -39,6 +39,7 @@ class Witnessing:
         self._receipts: deque[dict[str, Any]] = deque()
         self._in_flight = False
         self._stop = False
+        self._http: Any = None  # the sending thread's HTTP client, kept between heartbeats
         self._thread = threading.Thread(target=self._loop, name="heartbeats", daemon=True)
         self._thread.start()
 
@@ -91,12 +92,18 @@ class Witnessing:
         self._thread.join(timeout=10)
 
     # ---- the thread -----------------------------------------------------------------------------------------
+    def _close_http(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
     def _loop(self) -> None:
         while True:
             with self._lock:
                 while not self._outbox and not self._stop:
                     self._lock.wait()
                 if self._stop and not self._outbox:
+                    self._close_http()
                     return
                 body = self._outbox.popleft()
             started = time.thread_time()
@@ -119,8 +126,11 @@ class Witnessing:
 
     def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            resp = post_heartbeat(self.service, self.run_id, body)
-        except Exception:  # noqa: BLE001 - unreachable: retried with a fresh heartbeat
+            if self._http is None:
+                self._http = client(self.service, timeout=20.0)
+            resp = post_heartbeat(self.service, self.run_id, body, http=self._http)
+        except Exception:  # noqa: BLE001 - unreachable: retried with a fresh heartbeat (and a fresh client)
+            self._close_http()
             return None, None
         if resp.status_code == 201:
             return resp.json(), None
@@ -219,6 +229,7 @@ class WitnessedLog:
         self.w = witnessing
         self.log, self.head, self.figures, self.on_beacon, self.say = log, head, figures, on_beacon, say
         self.stopped = False
+        self.loop_cpu_s = 0.0  # CPU seconds of the controller's loop in heartbeat and receipt lines (bench)
 
     def log_receipt(self, receipt: Mapping[str, Any]) -> None:
         self.log("witness", **receipt_fields(receipt))
@@ -234,14 +245,15 @@ class WitnessedLog:
         """Log the receipts that came back; write and send a heartbeat when one is due."""
         if self.stopped:
             return
+        started = time.thread_time()
         for receipt in self.w.receipts():
             self.log_receipt(receipt)
         if self.w.refused is not None:
             self.say(f"witnessing stopped: {self.w.refused}")
             self.stopped = True
-            return
-        if self.w.due():
+        elif self.w.due():
             self._beat()
+        self.loop_cpu_s += time.thread_time() - started
 
     def final(self, timeout: float) -> None:
         """After run_finished: one last heartbeat, retried for a while, so the end of the run is witnessed."""
