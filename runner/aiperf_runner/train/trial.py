@@ -40,6 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from aiperf_runner.checkpoints import CHECKPOINT, drop
 from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.replay import Replay
@@ -51,7 +52,6 @@ from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
 from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
 
-CHECKPOINT = "checkpoint.pt"
 EVENTS = "events.jsonl"
 CHECKPOINT_FORMAT = "aiperf-checkpoint/1"
 SPAWN_GRACE_S = 15.0  # after one spawned rank fails, how long the others get to finish logging
@@ -404,8 +404,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         # The final weights, and their digest in the result: the service may ask for them (its audit).
         result["weights_sha256"] = save_weights(model, trial_dir / WEIGHTS)
         writer.append("trial_result", **result)
-        for leftover in (ckpt_path, ckpt_path.with_name(ckpt_path.name + ".tmp")):
-            leftover.unlink(missing_ok=True)
+        drop(trial_dir)
     log(f"trial {cfg.trial}: {progress.epoch} epochs, best accuracy {progress.best_accuracy:.4f} ({reason})",
         flush=True)
     return result
