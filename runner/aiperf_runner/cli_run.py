@@ -79,6 +79,9 @@ def run(
                                        "(modules, staging, NCCL variables); kept in the run directory."),
     wrap: str = typer.Option(None, "--wrap", metavar="'CMD PREFIX'",
                              help="slurm: command prefix of the trial processes, e.g. 'apptainer exec --nv IMAGE'."),
+    rdzv_iface: str = typer.Option(None, "--rdzv-iface", metavar="IFACE",
+                                   help="slurm: a multi-node trial's rendezvous at this network interface's address "
+                                        "on its first node (e.g. ib0) instead of the node's NodeAddr."),
     nodes_per_slot: int = typer.Option(None, "--nodes-per-slot", min=1,
                                        help="slurm: nodes per trial (DDP across them; default 1)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", min=0, help="slurm: GPUs per node to request."),
@@ -123,6 +126,7 @@ def run(
             options = parse_options(backend_opt, "--backend-opt")
             named = {"partition": partition, "account": account, "reservation": reservation, "qos": qos,
                      "constraint": constraint, "prologue": str(prologue) if prologue else None, "wrap": wrap,
+                     "rdzv_iface": rdzv_iface,
                      "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
                      "time_limit": time_limit}
             options.update({k: v for k, v in named.items() if v is not None})

@@ -12,6 +12,9 @@
 - **Failures**: a non-zero exit or `trial_error` -> `trial_failed` (with the trial's error or the
   tail of its stderr) and a retry, up to `max_retries`; the retried attempt resumes from the
   trial's checkpoint. Then the trial is recorded failed and the run goes on.
+- **Checkpoints** go when no attempt can resume from them any more (checkpoints.py): at a trial's
+  end (finished, failed for good, cancelled), for every trial once the run has finished, and on
+  `--resume` for the trials the log says are over.
 - **Stop**: at the duration (counted from the run's original start, also across a resume), on
   SIGINT/SIGTERM, or when the search has nothing left: running attempts are cancelled
   (`trial_cancelled`), then `run_finished`.
@@ -36,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner import __version__, privacy
+from aiperf_runner import __version__, checkpoints, privacy
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
@@ -249,6 +252,8 @@ class Controller:
         elif state.token is not None:
             self._say("this run is witnessed but no service is configured: it continues unwitnessed")
         self._recover_interrupted()
+        # The killed controller may have ended trials without deleting their checkpoints.
+        checkpoints.drop_all(run_dir / "trials", [t for t, tr in state.trials.items() if tr.status in checkpoints.DONE])
         return self
 
     def _recover_interrupted(self) -> None:
@@ -375,6 +380,8 @@ class Controller:
                   best_accuracy=best, reason=result.get("reason") or "budget", **weights)
         if self.keeper is not None:
             self.keeper.finished(tr)
+        # The program deletes it after its result; not if it died in between (teardown, a kill).
+        checkpoints.drop(self.run_dir / "trials" / tr.trial)
         # Each accuracy goes with the architecture and hyper-parameters of the trial that produced it.
         self.buffer.observe(tr.arch_hash, best)
         self.hparams.tell(tr.trial, best)
@@ -385,6 +392,7 @@ class Controller:
         self._log("trial_failed", trial=tr.trial, attempt=attempt, error=error, retry=retry)
         if not retry:
             self.hparams.tell(tr.trial, None)  # no result: the optimiser closes its point
+            checkpoints.drop(self.run_dir / "trials" / tr.trial)  # a retry would have resumed from it
         self._say(f"{tr.trial} attempt {attempt} failed ({error.splitlines()[0][:120] if error else ''})"
                   + ("; retrying" if retry else "; giving up"))
 
@@ -490,6 +498,7 @@ class Controller:
             self._log("trial_cancelled", trial=run.trial.trial, attempt=run.attempt, reason=cancel_reason)
             # A trial cancelled just after writing its weights did not finish: they count for nothing.
             (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
+            checkpoints.drop(self.run_dir / "trials" / run.trial.trial)
             self.hparams.tell(run.trial.trial, None)
             self._release(slot_index)
         fields = {"reason": reason}
@@ -501,6 +510,9 @@ class Controller:
             if self.witnessed_log is not None:
                 self.witnessed_log.final(FINAL_RECEIPT_WAIT_S)
             self.backend.shutdown()
+            # A finished run is never resumed: no checkpoint is of use now (retries that never
+            # started, a SLURM job that wrote one more while its scancel took effect).
+            checkpoints.drop_all(self.run_dir / "trials", self.state.trials)
         finally:
             if self.witnessing is not None:
                 self.witnessing.stop()

@@ -8,7 +8,8 @@ real program it continues after the last epoch it logged (its "checkpoint") and 
 `trial_result` (with the digest of a stand-in weights file). Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
 $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
 with a message on stderr and nothing in the log (a killed or crashed process). $FAKE_CHECKPOINT=1
-writes a stand-in `checkpoint.pt` every epoch.
+writes a stand-in `checkpoint.pt` every epoch and leaves it behind at the end (as a real program
+killed in teardown would): the controller deletes it.
 """
 
 from __future__ import annotations

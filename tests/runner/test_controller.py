@@ -190,3 +190,40 @@ def test_sigterm_stops_the_run_cleanly(tmp_path: Path, fake_env) -> None:
     assert pids and all(process_gone(p) for p in pids)
     system = json.loads((run_dir / "run.json").read_text())["system"]
     assert system["name"] == "Test Rig 1" and system["interconnect"] == "10GbE"
+
+
+def test_checkpoints_kept_for_a_retry_and_deleted_when_a_trial_is_over(tmp_path: Path, fake_env) -> None:
+    """About 6 s. The fake trial leaves its checkpoint behind (as a real one killed in teardown would)."""
+    seen: list[tuple[str, str, bool]] = []  # (trial, moment, checkpoint there?)
+
+    class Watched(Controller):
+        def _there(self, trial: str) -> bool:
+            return (self.run_dir / "trials" / trial / "checkpoint.pt").exists()
+
+        def _launch(self, tr, slot) -> None:
+            if tr.status == "retry":
+                seen.append((tr.trial, "retry launched", self._there(tr.trial)))
+            super()._launch(tr, slot)
+
+        def _failed(self, tr, attempt, error) -> None:
+            super()._failed(tr, attempt, error)
+            seen.append((tr.trial, tr.status, self._there(tr.trial)))
+
+        def _finished(self, tr, attempt, result) -> None:
+            super()._finished(tr, attempt, result)
+            seen.append((tr.trial, tr.status, self._there(tr.trial)))
+
+    fake_env.setenv("FAKE_CHECKPOINT", "1")
+    fake_env.setenv("FAKE_TRIAL_FAIL", "t0001@1,t0002@*")  # t0001 fails once, t0002 every time (after epoch 1)
+    run_dir = tmp_path / "run"
+    Watched.create(config(duration_s=6.0, max_retries=1, epoch_budgets=[3]), run_dir).run()
+    state = RunState.load(run_dir)
+    assert state.trials["t0001"].status == "finished" and state.trials["t0002"].status == "failed"
+    for trial in ("t0001", "t0002"):  # the failed attempt's checkpoint waited for its retry
+        assert (trial, "retry", True) in seen and (trial, "retry launched", True) in seen
+    assert ("t0002", "failed", False) in seen  # given up: gone at once
+    ended = [s for s in seen if s[1] == "finished"]
+    assert len(ended) >= 3 and not any(there for _, _, there in ended)
+    # Cancelled at the duration or waiting for a retry: a finished run needs none of them.
+    assert not list(run_dir.glob("trials/*/checkpoint.pt*"))
+    assert list(run_dir.glob("trials/*/weights.safetensors")), "the kept weights are not checkpoints"

@@ -52,6 +52,7 @@ def test_resume_after_a_crash_in_process(tmp_path: Path, fake_env) -> None:
     """A controller that dies mid-run (simulated: abandoned, with a line cut short) is resumed."""
     run_dir = tmp_path / "run"
     fake_env.setenv("FAKE_EPOCH_S", "0.3")
+    fake_env.setenv("FAKE_CHECKPOINT", "1")
     c = Controller.create(config(backend="local", duration_s=10.0, epoch_budgets=[2, 100]), run_dir)
     t = time.monotonic()
     while time.monotonic() - t < 3.0:
@@ -72,9 +73,21 @@ def test_resume_after_a_crash_in_process(tmp_path: Path, fake_env) -> None:
     copied = epoch_keys([e.data for e in iter_events(run_dir / "events.jsonl", allow_partial_tail=True)])
     assert done_before - copied  # epochs the dead controller never copied
 
+    # Killed between logging a trial's end and deleting its checkpoint: the resume deletes it;
+    # the interrupted attempts' checkpoints stay for their retries.
+    dead = RunState.load(run_dir)
+    over = [t for t, tr in dead.trials.items() if tr.status == "finished"]
+    assert over
+    (run_dir / "trials" / over[0] / "checkpoint.pt").write_bytes(b"left behind")
+    resuming = [run_dir / "trials" / a.trial / "checkpoint.pt" for a in dead.running()]
+    assert resuming and all(p.exists() for p in resuming)
+
     r = Controller.resume(run_dir)
     assert all(process_gone(p) for p in orphans)
+    assert not (run_dir / "trials" / over[0] / "checkpoint.pt").exists()
+    assert all(p.exists() for p in resuming)
     assert r.run() == "duration"
+    assert not list(run_dir.glob("trials/*/checkpoint.pt*"))
     events = check_resumed_log(run_dir, before, done_before)
     interrupted = [e for e in events if e["type"] == "trial_failed" and e["error"] == INTERRUPTED]
     assert interrupted

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from aiperf_runner.runstate import RunState
+from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.verify import verify
 
 from tests.runner.conftest import SHORT_RUN_CHECKS, cli, failed_checks
@@ -26,9 +27,17 @@ def test_a_real_smoke_run_finishes_trials_and_verifies(tmp_path: Path) -> None:
     assert state.best_accuracy() is not None and state.best_accuracy() > 0.3
     for tr in state.trials.values():
         assert (run_dir / "trials" / tr.trial / "graph.json").exists()
-        assert not (run_dir / "trials" / tr.trial / "checkpoint.pt").exists() or tr.status != "finished"
+    assert not list(run_dir.glob("trials/*/checkpoint.pt*"))  # a finished run keeps none
     report = verify(run_dir)
     assert report["integrity_ok"] is True
+    # The device model of each attempt's ranks, in its first epoch, copied into the main log.
+    firsts = {}
+    for ev in read_events(run_dir / "events.jsonl"):
+        if ev["type"] == "epoch_end":
+            firsts.setdefault((ev["trial"], ev["attempt"]), ev)
+    assert firsts and all(ev.get("accelerators") == {"cpu": 1} for ev in firsts.values())
+    assert report["system"]["accelerators_seen"] == {"cpu": len(firsts)}
+    assert report["system"]["accelerators_not_registered"] == []
     assert failed_checks(report) <= SHORT_RUN_CHECKS, [c for c in report["checks"] if not c["passed"]]
     assert cli("verify", str(run_dir)).returncode == 0
     summary = json.loads(cli("report", str(run_dir), "--json").stdout)

@@ -65,8 +65,28 @@ def test_two_node_gpu_trial_with_every_option(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["slurm_batch_one_node.sh", "slurm_batch_one_node_wrapped.sh",
-                                  "slurm_batch_two_node_gpu.sh"])
+                                  "slurm_batch_two_node_gpu.sh", "slurm_batch_two_node_rdzv_iface.sh"])
 def test_golden_scripts_are_valid_bash(name: str) -> None:
     import subprocess
 
     assert subprocess.run(["bash", "-n", str(GOLDEN / name)], capture_output=True).returncode == 0
+
+
+def test_two_node_trial_with_a_rendezvous_interface(tmp_path: Path) -> None:
+    """--rdzv-iface: the rendezvous at that interface's address on the batch host, not NodeAddr;
+    the script's own line finds lo's address here and fails the attempt on a missing interface."""
+    import subprocess
+
+    slot = Slot(index=0, nodes=("gpu1", "gpu2"), devices_per_node=4, device_type="cuda")
+    text = script_for(tmp_path, slot, nodes_per_slot=2, gpus_per_node=4, rdzv_iface="ib0")
+    check_golden("slurm_batch_two_node_rdzv_iface.sh", text)
+    assert "NodeAddr" not in text and "scontrol" not in text
+    line = next(w for w in text.splitlines() if w.startswith("head_addr="))
+    env = {**os.environ, "AIPERF_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(REPO / "runner"), os.environ.get("PYTHONPATH", "")])}
+    ok = subprocess.run(["bash", "-c", line.replace("ib0", "lo") + '; echo "$head_addr"'], capture_output=True,
+                        text=True, env=env, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == "127.0.0.1", ok.stderr
+    bad = subprocess.run(["bash", "-c", line.replace("ib0", "nosuch0") + "; echo reached"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "reached" not in bad.stdout and "no network interface 'nosuch0'" in bad.stderr

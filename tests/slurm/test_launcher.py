@@ -43,6 +43,7 @@ def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path
     run_dir = tmp_path / "run"
     run_to_end(one_node, run_dir, "--preset", "smoke", "--duration", "12s", "--slots", "2",
                "--backend-opt", "exclusive=false", "--prologue", str(prologue), "--wrap", f"{wrapper} --nv",
+               "--rdzv-iface", "lo",  # recorded; one-node trials have no rendezvous to move
                "--trial-module", "tests.runner.fake_trial", FAKE_EPOCH_S="1", MARKERS=str(markers))
     events = read_events(run_dir)
     # The attempts that ran to their end (one cancelled at the end of the run may not have started).
@@ -61,7 +62,7 @@ def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path
     launcher = json.loads((run_dir / "run.json").read_text())["system"]["slurm"]["launcher"]
     assert launcher == {"prologue": "local/slurm-prologue.sh", "trial_python": None,
                         "prologue_sha256": hashlib.sha256(PROLOGUE.encode()).hexdigest(),
-                        "wrap": [".../fake-apptainer", "--nv"]}  # the path masked (privacy.py)
+                        "wrap": [".../fake-apptainer", "--nv"], "rdzv_iface": "lo"}  # the path masked (privacy.py)
     assert str(tmp_path) not in (run_dir / "run.json").read_text()
     assert (run_dir / "local" / "slurm-prologue.sh").read_text() == PROLOGUE  # kept, never bundled
     verify_ok(run_dir)

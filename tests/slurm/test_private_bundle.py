@@ -34,7 +34,9 @@ def test_bundle_of_a_slurm_run_is_private_and_verifies(one_node: Path, tmp_path:
     proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", "8s", "--account", "acct-kit-test",
                      "--trial-module", "tests.runner.fake_trial", cwd=tmp_path, **env)
     finish(proc, 120)
-    assert list(run_dir.glob("trials/*/checkpoint.pt")), "the run left no checkpoint: the test would prove nothing"
+    # A finished run deletes its checkpoints; one a killed controller left behind must stay out of the bundle.
+    assert not list(run_dir.glob("trials/*/checkpoint.pt")), "a finished run kept a checkpoint"
+    (run_dir / "trials" / "t0000" / "checkpoint.pt").write_bytes(b"left by a killed controller")
     nodes = set(slurm(one_node, "sinfo", "-h", "-N", "-o", "%N").split())
     hosts = nodes | {socket.gethostname(), socket.getfqdn()} - {"localhost"}
     assert set(read_hostnames(run_dir)) >= nodes  # the raw names stay in local/

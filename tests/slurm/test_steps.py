@@ -101,3 +101,39 @@ def test_a_two_node_slot_is_one_step_with_torchrun_on_each_node(two_node: Path, 
         wrapped = (markers / f"wrap.t0000.1.{node}").read_text()
         assert "torch.distributed.run --nnodes=2" in wrapped and "--rdzv-endpoint=127.0.0.1:" in wrapped, wrapped
     assert (run_dir / "trials" / "t0000" / "out" / "done").exists()
+
+
+IFACE_DRIVER = """
+import json, sys
+from pathlib import Path
+from aiperf_runner.backends.base import Slot
+from aiperf_runner.backends.slurm.commands import SlurmError
+from aiperf_runner.backends.slurm.steps import SlurmStepsBackend
+from tests.backends.test_conformance import spec_for
+run = Path(sys.argv[1])
+backend = SlurmStepsBackend(run / "a", probe=False, rdzv_iface="lo")
+node = backend.nodes[0]
+print("FACTS", json.dumps(backend.launcher.facts()))
+# A two-node slot's argv (the test cluster has one node: both are it; the argv is not run).
+backend._slots = [two := Slot(index=0, nodes=(node, node), devices_per_node=1)]
+print("ADDR", backend.rdzv_addr(node))
+print("ARGV", " ".join(backend.step_argv(spec_for(backend, "t0000", "ok"), two)))
+try:
+    SlurmStepsBackend(run / "b", probe=False, rdzv_iface="nosuch0").rdzv_addr(node)
+except SlurmError as exc:
+    print("REFUSED", exc)
+"""
+
+
+def test_rdzv_iface_is_looked_up_on_the_slots_first_node(one_node: Path, tmp_path: Path) -> None:
+    """--rdzv-iface with slurm-steps: a step on the first node finds the interface's address, which
+    becomes the rendezvous; a missing interface fails the launch with the reason. ~5 s."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    proc = subprocess.run(["salloc", "--nodes=1", "--time=5", sys.executable, "-c", IFACE_DRIVER, str(tmp_path)],
+                          env=env_for(one_node), capture_output=True, text=True, timeout=150, cwd=str(REPO))
+    out = proc.stdout + proc.stderr
+    assert json.loads(out.split("FACTS ", 1)[1].splitlines()[0])["rdzv_iface"] == "lo", out
+    assert out.split("ADDR ", 1)[1].splitlines()[0] == "127.0.0.1", out
+    assert "--rdzv-endpoint=127.0.0.1:" in out.split("ARGV ", 1)[1].splitlines()[0], out
+    assert out.split("REFUSED ", 1)[1].startswith("srun: aiperf: --rdzv-iface: no network interface 'nosuch0'"), out

@@ -121,6 +121,7 @@ def test_trial_program_spawns_data_parallel_processes(tmp_path: Path) -> None:
     # Training: each rank its padded half; validation: each image exactly once (101 is odd).
     assert end["images_trained"] == 2 * math.ceil(TINY_DATASET["train_images"] / 2)
     assert end["images_evaluated"] == TINY_DATASET["val_images"]
+    assert end["accelerators"] == {"cpu": 2}  # gathered from both ranks
     assert not (d / CHECKPOINT).exists()
 
 

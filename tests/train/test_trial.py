@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from aiperf_runner.spec import schema
 from aiperf_runner.spec.eventlog import EventWriter, read_events
 from aiperf_runner.train import distenv as distenv_mod
 from aiperf_runner.train import trial as trial_mod
@@ -77,6 +78,9 @@ def test_resume_after_crash_continues_at_next_epoch(tmp_path: Path) -> None:
     events = read_events(d / "events.jsonl")
     _check_epochs(events, [1, 2, 3])  # epoch 1 is not trained or logged again
     assert [e["attempt"] for e in events if e["type"] == "epoch_end"] == [1, 2, 2]
+    # The device model of every rank, in the first epoch each attempt logged (schema-valid, optional).
+    assert [e.get("accelerators") for e in events if e["type"] == "epoch_end"] == [{"cpu": 1}, {"cpu": 1}, None]
+    assert all(schema.problem(e, schema.TRIAL) is None for e in events)
     assert events[-1]["type"] == "trial_result" and events[-1]["epochs"] == 3 and events[-1]["attempt"] == 2
     assert not (d / CHECKPOINT).exists()
 

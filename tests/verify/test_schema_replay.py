@@ -167,3 +167,35 @@ def test_schema_module_prints_the_table() -> None:
     assert out.strip() == schema.markdown_table("main")
     assert re.search(r"^\| `epoch_end` \|", out, re.M)
     json.dumps(list(schema.EVENTS))
+
+
+def test_epoch_end_may_name_the_accelerators_of_its_attempt(sample_events: dict[str, dict[str, Any]]) -> None:
+    """Optional: logs written before the field still verify; when present it must be well-formed."""
+    ev = {k: v for k, v in sample_events["epoch_end"].items() if k != "accelerators"}
+    for log in (schema.MAIN, schema.TRIAL):
+        assert schema.valid(ev) and schema.problem(ev, log) is None
+        mixed = {**ev, "accelerators": {"NVIDIA H100 80GB HBM3": 4, "NVIDIA A100-SXM4-80GB": 4}}
+        assert schema.valid(mixed) and schema.problem(mixed, log) is None
+        for bad in ({"cpu": 0}, {"": 1}, {"cpu": 1.0}, ["cpu"], {"x" * 201: 1}):
+            assert not schema.valid({**ev, "accelerators": bad})
+            assert "field 'accelerators'" in (schema.problem({**ev, "accelerators": bad}, log) or "")
+
+
+def test_verification_notes_accelerators_that_are_not_the_registered_model() -> None:
+    from aiperf_runner.spec.hardware import Hardware, SeenAccelerators
+
+    seen = SeenAccelerators()
+    r = replay.Replay(listeners=(seen,))
+    for n, accelerators in enumerate([{"NVIDIA H100 80GB HBM3": 8}, None, {"NVIDIA A100-SXM4-80GB": 4}], 1):
+        extra = {"accelerators": accelerators} if accelerators else {}
+        r.apply({"type": "epoch_end", "t": float(n), "trial": "t0000", "attempt": n, "epoch": n, "images_trained": 1,
+                 "images_evaluated": 1, "val_accuracy": 0.5, "val_loss": 1.0, "started_at": 0.0, "ended_at": 1.0,
+                 "seconds": 1.0, **extra})
+    assert seen.ranks == {"NVIDIA H100 80GB HBM3": 8, "NVIDIA A100-SXM4-80GB": 4}
+    h100 = Hardware(registered=True, accelerator_model="NVIDIA H100 SXM", accelerators_per_node=8, nodes=1)
+    assert seen.not_registered(h100) == ["NVIDIA A100-SXM4-80GB"]  # the driver's name of the table's H100 is fine
+    cpu = Hardware(registered=False, accelerator_model="cpu", accelerators_per_node=0, nodes=1)
+    assert seen.not_registered(cpu) == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    cpu_seen = SeenAccelerators()
+    cpu_seen.ranks = {"cpu": 3}
+    assert cpu_seen.not_registered(cpu) == [] and cpu_seen.not_registered(h100) == ["cpu"]

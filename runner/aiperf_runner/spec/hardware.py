@@ -134,3 +134,32 @@ def efficiency(score_ops: float, run: Mapping[str, Any], registration: Mapping[s
     """Score as a share of the run's peak (None when no peak is known)."""
     peak = run_peak(run, registration)
     return score_ops / peak if peak else None
+
+
+class SeenAccelerators:
+    """A replay listener: the device models the trials' logs say they ran on (`accelerators` of the
+    first epoch of each attempt: {model: ranks}), summed over attempts. Older logs name none."""
+
+    def __init__(self) -> None:
+        self.ranks: dict[str, int] = {}
+
+    def on_epoch(self, ev: Mapping[str, Any], trial: Any, attempt: Any, counted: bool, line: int) -> None:
+        seen = ev.get("accelerators")
+        if type(seen) is dict:
+            for model, n in seen.items():
+                if type(n) is int and n > 0:
+                    self.ranks[str(model)] = self.ranks.get(str(model), 0) + n
+
+    def not_registered(self, hw: Hardware) -> list[str]:
+        """The models seen that are not `hw`'s: a note for the reader (a heterogeneous partition, a
+        registration out of date), never a failed check — names differ between drivers and tables."""
+        return sorted(m for m in self.ranks if not _same_model(m, hw))
+
+
+def _same_model(seen: str, hw: Hardware) -> bool:
+    if hw.is_cpu or seen.lower() == "cpu":
+        return hw.is_cpu and seen.lower() == "cpu"
+    known, registered = peaks.lookup(seen), peaks.lookup(hw.accelerator_model)
+    if known is not None and registered is not None:
+        return known.name == registered.name
+    return hw.accelerator_model.lower() in seen.lower() or seen.lower() in hw.accelerator_model.lower()

@@ -114,6 +114,14 @@ def weights_field() -> Field:
                  "64 lowercase hex chars", "(SHA-256 of the final weights; optional)", required=False)
 
 
+def accelerators_field() -> Field:
+    return Field("accelerators", "type(v) is dict and 0 < len(v) <= 64 and all(type(k) is str and 0 < len(k) <= 200 "
+                                 "and type(n) is int and n > 0 for k, n in v.items())",
+                 "an object of model name -> ranks",
+                 "(the device model of every rank, `cpu` for a CPU process -> how many ranks; in the first epoch "
+                 "an attempt logs; optional)", required=False)
+
+
 def run_id_field() -> Field:
     return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
 
@@ -154,7 +162,8 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         trial_field(), attempt_field(), pos("epoch", "(from 1)"), nonneg("images_trained"),
         nonneg("images_evaluated"), accuracy("val_accuracy"),
         Field("val_loss", f"v is None or ({_NUMBER})", "a number or null"),
-        number("started_at"), number("ended_at", "(float UTC seconds, from the trial process)"), number("seconds")),
+        number("started_at"), number("ended_at", "(float UTC seconds, from the trial process)"), number("seconds"),
+        accelerators_field()),
         "one epoch trained and evaluated"),
     EventType("trial_finished", (MAIN,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),

@@ -162,6 +162,8 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
     replay.listen(fingerprints)
+    seen = hardware.SeenAccelerators()
+    replay.listen(seen)
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
     chain_error: str | None = None
@@ -256,7 +258,9 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
         "efficiency": series.score / peak if peak else None,
         "system": {"registered": hw.registered, "id": hw.system_id, "name": hw.name,
                    "accelerator_model": hw.accelerator_model, "accelerators": hw.accelerators, "nodes": hw.nodes,
-                   "describe": hw.describe()},
+                   "describe": hw.describe(),
+                   # What the trials ran on, and a note (never a failed check) where it is not the registration's.
+                   "accelerators_seen": seen.ranks, "accelerators_not_registered": seen.not_registered(hw)},
         "epoch_fingerprints": fingerprints.digests,
         "kept_weights": {t: {"sha256": sha, "epoch": replay.trials[t].last_epoch,
                              "val_accuracy": replay.trials[t].last_accuracy,

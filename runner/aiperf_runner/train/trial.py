@@ -40,6 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from aiperf_runner.checkpoints import CHECKPOINT, drop
 from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.replay import Replay
@@ -47,11 +48,11 @@ from aiperf_runner.spec.replay import Replay
 from .builder import build_module
 from .config import TrialConfig, TrialError
 from .data import Normalizer, TrialData, build_data
+from .devices import accelerator_models
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
 from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
 
-CHECKPOINT = "checkpoint.pt"
 EVENTS = "events.jsonl"
 CHECKPOINT_FORMAT = "aiperf-checkpoint/1"
 SPAWN_GRACE_S = 15.0  # after one spawned rank fails, how long the others get to finish logging
@@ -347,6 +348,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
     log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
         f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device, train {data.train_size} / val "
         f"{data.val_size} images", flush=True)
+    accelerators: dict[str, int] | None = accelerator_models(denv, device)  # for the attempt's first epoch
 
     while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
         epoch = progress.epoch + 1
@@ -384,6 +386,8 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
                   "images_evaluated": images_evaluated, "val_accuracy": accuracy,
                   "val_loss": val_loss if math.isfinite(val_loss) else None,
                   "started_at": started_at, "ended_at": ended_at, "seconds": seconds}
+        if accelerators:
+            record["accelerators"], accelerators = accelerators, None
         if is_main:
             save_checkpoint(trial_dir / CHECKPOINT, {
                 "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
@@ -404,8 +408,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         # The final weights, and their digest in the result: the service may ask for them (its audit).
         result["weights_sha256"] = save_weights(model, trial_dir / WEIGHTS)
         writer.append("trial_result", **result)
-        for leftover in (ckpt_path, ckpt_path.with_name(ckpt_path.name + ".tmp")):
-            leftover.unlink(missing_ok=True)
+        drop(trial_dir)
     log(f"trial {cfg.trial}: {progress.epoch} epochs, best accuracy {progress.best_accuracy:.4f} ({reason})",
         flush=True)
     return result

@@ -277,7 +277,7 @@ class SlurmBackend(Backend):
             gpus_per_node=self.gpus_per_node, partition=self.partition, account=self.account,
             reservation=self.placement.reservation, qos=self.placement.qos, constraint=self.placement.constraint,
             time_limit=self.time_limit, exclusive=self.exclusive, extra_sbatch_args=self.extra_sbatch_args,
-            prologue=self.launcher.prologue, wrap=self.launcher.wrap)
+            prologue=self.launcher.prologue, wrap=self.launcher.wrap, rdzv_iface=self.launcher.rdzv_iface)
 
     # ---- launching ----
     def launch(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:

@@ -7,12 +7,14 @@ it, so what it exports reaches the trial. It is copied into the run directory as
 published run holds what really ran); `run.json` records its digest. `wrap` is a command prefix of
 the trial's processes (`apptainer exec --nv IMAGE`, `srun`-less pyxis wrappers...), recorded as
 words; the wrapped process's Python is `$AIPERF_TRIAL_PYTHON` (option `trial_python`, e.g. the
-container's `python3`), else the controller's.
+container's `python3`), else the controller's. `rdzv_iface` (`--rdzv-iface`): the network interface
+whose address on a multi-node trial's first node is its rendezvous (ifaddr.py), instead of NodeAddr.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ class Launcher:
     prologue_sha256: str | None = None
     wrap: tuple[str, ...] = ()
     trial_python: str | None = None
+    rdzv_iface: str | None = None
 
     @classmethod
     def from_options(cls, run_dir: Path, options: dict[str, Any]) -> Launcher:
@@ -50,13 +53,24 @@ class Launcher:
                     raise ValueError(f"--prologue {source}: {exc.strerror or exc}") from None
             digest = hashlib.sha256(copy.read_bytes()).hexdigest()
         return cls(prologue=PROLOGUE_NAME if source else None, prologue_sha256=digest, wrap=words,
-                   trial_python=str(options.get("trial_python") or "") or None)
+                   trial_python=str(options.get("trial_python") or "") or None,
+                   rdzv_iface=_iface(options.get("rdzv_iface")))
 
     def facts(self) -> dict[str, Any]:
         """run.json `system.slurm.launcher`."""
         return {"prologue": self.prologue, "prologue_sha256": self.prologue_sha256, "wrap": list(self.wrap),
-                "trial_python": self.trial_python}
+                "trial_python": self.trial_python, "rdzv_iface": self.rdzv_iface}
 
     def env(self) -> dict[str, str]:
         """What the jobs' environment gets for the wrapped trial."""
         return {"AIPERF_TRIAL_PYTHON": self.trial_python} if self.trial_python else {}
+
+
+def _iface(value: Any) -> str | None:
+    """An interface name as given, checked to be one (it goes into the batch script)."""
+    if not value:
+        return None
+    name = str(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", name):
+        raise ValueError(f"--rdzv-iface {name!r}: not a network interface name")
+    return name

@@ -55,13 +55,14 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
                         qos: str | None = None, constraint: str | None = None, time_limit: str | None = None,
                         exclusive: bool = True, extra_sbatch_args: list[str] | tuple[str, ...] = (),
                         prologue: str | None = None, wrap: list[str] | tuple[str, ...] = (),
-                        python: str = sys.executable) -> str:
+                        rdzv_iface: str | None = None, python: str = sys.executable) -> str:
     """The batch script of one attempt. Paths are as given (the backend passes them relative to the
     run directory, the job's working directory); `argv[0] == python` is written as "$AIPERF_PYTHON"
     (set in the job's environment by the backend; `python3` when the script is submitted by hand),
     so that no absolute path lands in the run. `prologue`: a shell file sourced on each of the
     trial's nodes before the trial program; `wrap`: a command prefix of the trial's processes
-    (`apptainer exec --nv IMAGE`), whose Python is "$AIPERF_TRIAL_PYTHON" when set."""
+    (`apptainer exec --nv IMAGE`), whose Python is "$AIPERF_TRIAL_PYTHON" when set; `rdzv_iface`: the
+    interface whose address on the batch host is a multi-node trial's rendezvous (else NodeAddr)."""
     q = shlex.quote
     py = '"${AIPERF_PYTHON:-python3}"'
     trial_py = '"${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}"' if wrap else py
@@ -119,11 +120,11 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         lines.append(" ".join(prefix + words))
         return "\n".join(lines) + "\n"
     return "\n".join(lines + _multi_node_lines(argv, words, trial_py, devices_per_node, gpus_per_node, prologue,
-                                                 prefix)) + "\n"
+                                                 prefix, rdzv_iface)) + "\n"
 
 
 def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_per_node: int, gpus_per_node: int,
-                      prologue: str | None, prefix: list[str]) -> list[str]:
+                      prologue: str | None, prefix: list[str], rdzv_iface: str | None = None) -> list[str]:
     """One srun task per node (each sourcing the prologue, then the wrapped program)."""
     q = shlex.quote
     srun = ['srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE"',
@@ -135,10 +136,13 @@ def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_
     lines = [
         "# One torchrun per node; they meet at a c10d rendezvous on the job's first node.",
         'head_node=$(head -n 1 "$nodes_file")',
-        # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
-        "head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
-        f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))",
     ]
+    if rdzv_iface:  # the batch script runs on the job's first node: its address on that interface
+        lines.append(f'head_addr=$("${{AIPERF_PYTHON:-python3}}" -m aiperf_runner.ifaddr {q(rdzv_iface)}) || exit 2')
+    else:  # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
+        lines.append("head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | "
+                     "sed -n 's/^NodeAddr=//p')")
+    lines.append(f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))")
     if len(argv) >= 3 and argv[1] == "-m":
         # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
         # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.

@@ -11,11 +11,13 @@ allocation.
 Each step is an `srun` process of the controller (its exit status is the trial's; its output goes
 to the trial's stdout.log and stderr.log). One node per slot: the step runs the trial program
 (`--nproc K`). Several: one `torchrun` per node, meeting at a c10d rendezvous on the slot's first
-node (its NodeAddr, looked up here, so nothing in the step needs the SLURM client). `--prologue`
+node (its NodeAddr, looked up here, so nothing in the step needs the SLURM client; with
+`--rdzv-iface IFACE`, that interface's address there, looked up once per node by a one-task step
+running ifaddr.py on it). `--prologue`
 and `--wrap` work as with the `slurm` backend (launcher.py); the step's environment has
 AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options: `nodes_per_slot`, `gpus_per_node`,
 `slots`, `devices_per_slot`, `probe`, `probe_timeout_s`, `prologue`, `wrap`, `trial_python`,
-`stop_wait_s`.
+`rdzv_iface`, `stop_wait_s`.
 """
 
 from __future__ import annotations
@@ -155,6 +157,21 @@ class SlurmStepsBackend(Backend):
                     self._addr[node] = found.group(1)
         return self._addr[node]
 
+    def rdzv_addr(self, node: str) -> str:
+        """Where a slot whose first node is `node` meets: its `--rdzv-iface` address there, else
+        its NodeAddr. SlurmError (the attempt's launch failure) when the interface has no address."""
+        iface = self.launcher.rdzv_iface
+        if not iface:
+            return self._node_addr(node)
+        key = f"{node}%{iface}"
+        if key not in self._addr:
+            # --overlap: the node's CPUs may all be held by other slots' steps.
+            out = run_slurm(["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+                             "--job-name=aiperf-rdzv-iface", sys.executable, "-m", "aiperf_runner.ifaddr", iface],
+                            timeout=120)
+            self._addr[key] = out.strip().splitlines()[-1]
+        return self._addr[key]
+
     def step_argv(self, spec: LaunchSpec, slot: Slot) -> list[str]:
         """The srun command of one attempt (run in the run directory)."""
         k = len(slot.nodes)
@@ -175,7 +192,7 @@ class SlurmStepsBackend(Backend):
         port = RDZV_PORT_BASE + zlib.crc32(f"{spec.trial_id}.{spec.attempt}".encode()) % 10000
         return [*srun, *prefix, python, "-m", "torch.distributed.run", f"--nnodes={k}",
                 f"--nproc-per-node={slot.devices_per_node}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={self._node_addr(slot.nodes[0])}:{port}",
+                f"--rdzv-endpoint={self.rdzv_addr(slot.nodes[0])}:{port}",
                 f"--rdzv-id={self.job_id}.{spec.trial_id}.{spec.attempt}", *drop_option(argv[1:], "--nproc")]
 
     def step_name(self, spec: LaunchSpec) -> str:
