@@ -200,10 +200,10 @@ def test_checkpoints_kept_for_a_retry_and_deleted_when_a_trial_is_over(tmp_path:
         def _there(self, trial: str) -> bool:
             return (self.run_dir / "trials" / trial / "checkpoint.pt").exists()
 
-        def _launch(self, tr, slot) -> None:
+        def _launch(self, tr, slot) -> bool:
             if tr.status == "retry":
                 seen.append((tr.trial, "retry launched", self._there(tr.trial)))
-            super()._launch(tr, slot)
+            return super()._launch(tr, slot)
 
         def _failed(self, tr, attempt, error) -> None:
             super()._failed(tr, attempt, error)
