@@ -31,7 +31,8 @@ def test_bundle_of_a_slurm_run_is_private_and_verifies(one_node: Path, tmp_path:
            "FAKE_TRIAL_CRASH": "t0001@1"}  # a crash whose stderr names the trial's path, $HOME and the host
     runner(one_node, tmp_path, "keygen", **env)
     run_dir = tmp_path / "run"
-    proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", "8s", "--account", "acct-kit-test",
+    # 20 s: the backend asks squeue every 5 s, and t0001's crash must be seen (and logged) before the end.
+    proc = start_run(one_node, run_dir, "--preset", "smoke", "--duration", "20s", "--account", "acct-kit-test",
                      "--trial-module", "tests.runner.fake_trial", cwd=tmp_path, **env)
     finish(proc, 120)
     # A finished run deletes its checkpoints; one a killed controller left behind must stay out of the bundle.
