@@ -183,13 +183,14 @@ def complete_witness(run_dir: Any, service: Service, timeout: float = 60.0) -> s
         with EventWriter(log) as writer:
             beat = writer.append("heartbeat", work=0.0, epochs=state.epoch_lines,
                                  best_accuracy=state.best_epoch_accuracy)
+            state.apply(beat)
             w.send(beat["seq"], writer.head, 0.0, state.epoch_lines, state.best_epoch_accuracy)
             w.wait_idle(timeout)
             receipts = w.receipts()
             for receipt in receipts:
-                writer.append("witness", **receipt_fields(receipt))
+                state.apply(writer.append("witness", **receipt_fields(receipt)))
             if receipts:  # the receipt's beacon decides the weights of the trials still waiting for one
-                _decide_weights(Path(run_dir), log, writer, str(receipts[-1]["beacon"]))
+                _decide_weights(Path(run_dir), state, writer, str(receipts[-1]["beacon"]))
     finally:
         w.stop()
     if receipts:
@@ -197,13 +198,11 @@ def complete_witness(run_dir: Any, service: Service, timeout: float = 60.0) -> s
     return f"the end of the run could not be witnessed: {w.refused or 'the service did not answer'}"
 
 
-def _decide_weights(run_dir: Any, log: Any, writer: Any, beacon: str) -> None:
+def _decide_weights(run_dir: Any, state: Any, writer: Any, beacon: str) -> None:
+    """The weights decisions of `beacon`, on the state complete_witness already replayed (kept current)."""
     import json
 
-    from aiperf_runner.runstate import RunState
     from aiperf_runner.weightkeeper import WeightKeeper, keep_share
-
-    state = RunState.load(log, keep_epochs=False)
 
     def append(kind: str, **fields: Any) -> dict[str, Any]:
         event = writer.append(kind, **fields)
