@@ -57,6 +57,10 @@ def run(
                                          help="Devices (DDP processes) per slot: GPUs with CUDA, processes on CPU."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, tf32, bf16 or fp16 (autocast)."),
     data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet)."),
+    stage_data: str = typer.Option(None, "--stage-data", metavar="DIR",
+                                   help="Copy --data to this node-local directory on each trial's node(s) (once, "
+                                        "checked against the run's manifest; %n: the node's name) and train from "
+                                        "the copy."),
     seed: int = typer.Option(0, "--seed", help="Seed of the searches and the trials."),
     peak_flops: list[str] = typer.Option(None, "--peak-flops", metavar="PRECISION=FLOPS",
                                          help="Declare the system's peak FLOP/s at a precision (repeatable), "
@@ -132,7 +136,7 @@ def run(
             options.update({k: v for k, v in named.items() if v is not None})
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,
-                               precision=precision, data=data, seed=seed, max_retries=max_retries,
+                               precision=precision, data=data, stage_data=stage_data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
                                system_name=system_name.strip(), interconnect=interconnect.strip(),
                                publish_hostnames=publish_hostnames)

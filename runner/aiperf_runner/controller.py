@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner import __version__, checkpoints, privacy
+from aiperf_runner import __version__, checkpoints, privacy, stagedata
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
 from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
@@ -161,6 +161,11 @@ class Controller:
             peaks, peak_sources = sysinfo.declared_peaks(system, peak_overrides)
             config.slots = len(slots)
             masker, public_config = privacy.start_run(run_dir, asdict(config), backend.known_hosts())
+            try:
+                data_source = stagedata.start_run(run_dir, config.preset, preset.data_format, config.data,
+                                                  config.stage_data, masker)
+            except stagedata.StageError as exc:
+                raise ControllerError(f"--stage-data: {exc}") from None
             if isinstance(system.get("slurm"), dict):
                 system["slurm"] = masker.value(system["slurm"])
             token = None
@@ -184,6 +189,8 @@ class Controller:
                 "declared_peak_source": peak_sources,
                 "dataset": dataset,
             }
+            if data_source is not None:
+                run_json["data_source"] = data_source
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)
             writer = EventWriter(run_dir / "events.jsonl", durability="batch")

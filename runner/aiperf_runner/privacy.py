@@ -216,6 +216,9 @@ def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     private: dict[str, Any] = {"data": public.get("data"),
                                "backend_options": {k: options.pop(k) for k in PRIVATE_OPTIONS if k in options}}
     public["data"] = None
+    if public.get("stage_data"):  # a node-local directory of the site: run.json data_source has it masked
+        private["stage_data"] = public["stage_data"]
+        public["stage_data"] = None
     public["backend_options"] = options
     return public, private
 
@@ -223,8 +226,9 @@ def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def merge_config(config: Mapping[str, Any], private: Mapping[str, Any]) -> dict[str, Any]:
     """run.json's config with local/private.json's values put back (for --resume)."""
     merged = dict(config)
-    if private.get("data"):
-        merged["data"] = private["data"]
+    for key in ("data", "stage_data"):
+        if private.get(key):
+            merged[key] = private[key]
     merged["backend_options"] = {**(merged.get("backend_options") or {}), **(private.get("backend_options") or {})}
     return merged
 

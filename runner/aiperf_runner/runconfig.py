@@ -24,6 +24,7 @@ class RunConfig:
     devices_per_slot: int = 1
     precision: str = "fp32"
     data: str | None = None
+    stage_data: str | None = None  # run --stage-data: node-local directory (`%n`: the node) the data is copied to
     seed: int = 0
     max_retries: int = 2
     rules: str = "v2"

@@ -9,7 +9,8 @@ real program it continues after the last epoch it logged (its "checkpoint") and 
 $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
 with a message on stderr and nothing in the log (a killed or crashed process). $FAKE_CHECKPOINT=1
 writes a stand-in `checkpoint.pt` every epoch and leaves it behind at the end (as a real program
-killed in teardown would): the controller deletes it.
+killed in teardown would): the controller deletes it. With `run --stage-data` it stages and checks
+the data on its node first (stagedata.py), logging a refused copy as `trial_error`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import threading
 import time
 from pathlib import Path
 
+from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
+from aiperf_runner.stagedata import StageError, node_name, stage_for_trial
 
 
 def _matches(spec: str, trial: str, attempt: int) -> bool:
@@ -61,6 +64,16 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
     val_images = int(cfg["dataset"].get("val_images") or 100)
     if cancel is None:  # a real process: tests check that it is gone after a cancel or a resume
         (trial_dir / f"fake_pid.{attempt}").write_text(str(os.getpid()))
+    try:  # run --stage-data: stage and check this node's copy, as the real program does before loading data
+        staged = stage_for_trial(trial_dir.parent.parent)
+    except StageError as exc:
+        with EventWriter(events) as log:
+            log.append("trial_error", trial=trial, attempt=attempt,
+                       error=run_masker(trial_dir.parent.parent).text(f"StageError: {exc}")[:2000])
+        return 1
+    if staged is not None:
+        print(f"data: {staged} ({sum(1 for p in staged.rglob('*') if p.is_file())} files) on {node_name()}",
+              flush=True)
     if _matches(os.environ.get("FAKE_TRIAL_CRASH", ""), trial, attempt):
         # Like a real traceback: it names the trial's absolute path, the home directory and the host.
         print(f'  File "{trial_dir.resolve()}/model.py", line 1, in forward\n'

@@ -7,11 +7,13 @@ program"); `TrialError` is a trial that cannot run as configured.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from aiperf_runner import stagedata
 from aiperf_runner.privacy import read_private
+from aiperf_runner.spec.bundle import LOCAL_DIR
 from aiperf_runner.spec.graph import Graph
 
 from .data import DataSpec
@@ -55,9 +57,15 @@ class TrialConfig:
         trial, hp, graph_json = read("trial.json"), read("hparams.json"), read("graph.json")
         graph = Graph.from_json(graph_json)
         graph.validate()
+        run_dir = trial_dir.parent.parent
         if not trial.get("data"):  # the data root stays out of the published trial.json
-            trial["data"] = read_private(trial_dir.parent.parent).get("data")
+            trial["data"] = read_private(run_dir).get("data")
+        staged = stagedata.stage_for_trial(run_dir)  # run --stage-data: this node's checked copy
+        if staged is not None:
+            trial["data"] = str(staged)
         data = DataSpec.from_trial(trial)
+        if staged is not None and data.name != "fashion-mnist":
+            data = replace(data, index=str(run_dir / LOCAL_DIR / stagedata.INDEX_NAME))
         want = (data.channels, data.image_size, data.image_size)
         if tuple(graph.input_shape) != want:
             raise TrialError(f"graph input shape {list(graph.input_shape)} does not match the dataset's "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 import warnings
@@ -365,6 +366,7 @@ class DataSpec:
     seed: int = 0  # smoke generation seed (the run's dataset, not the trial's seed)
     channels: int = 3
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
+    index: str | None = None  # ImageFolder: the run's data index (stagedata.py), read instead of scanning the tree
 
     @classmethod
     def from_trial(cls, trial: dict[str, Any]) -> DataSpec:
@@ -457,14 +459,21 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
 
     from torchvision.datasets import ImageFolder
 
+    from .indexed_folder import IndexedImageFolder
+
     root = Path(spec.root or "")
     for split in ("train", "val"):
         if not (root / split).is_dir():
             raise DataError(f"{spec.name}: no {split}/ directory under {root} (ImageFolder layout expected: "
                             f"{root}/{split}/<class>/<image>)")
     train_tf, val_tf = folder_transforms(spec.name, spec.image_size)
-    train_set = ImageFolder(str(root / "train"), transform=train_tf)
-    val_set = ImageFolder(str(root / "val"), transform=val_tf)
+    if spec.index:
+        folders = json.loads(Path(spec.index).read_text())["folders"]
+        train_set: ImageFolder = IndexedImageFolder(str(root / "train"), folders["train"], transform=train_tf)
+        val_set: ImageFolder = IndexedImageFolder(str(root / "val"), folders["val"], transform=val_tf)
+    else:
+        train_set = ImageFolder(str(root / "train"), transform=train_tf)
+        val_set = ImageFolder(str(root / "val"), transform=val_tf)
     if len(train_set.classes) != spec.num_classes:
         raise DataError(f"{root}/train has {len(train_set.classes)} classes, the trial expects {spec.num_classes}")
     if val_set.classes != train_set.classes:
