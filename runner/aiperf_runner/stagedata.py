@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def scan_files(root: Path) -> list[tuple[str, int]]:
                 st = os.stat(path)
             except OSError:
                 continue  # a dangling link: ImageFolder would not read it either
-            if os.path.isfile(path):
+            if stat.S_ISREG(st.st_mode):
                 out.append((Path(os.path.relpath(path, root)).as_posix(), st.st_size))
     out.sort()
     return out
@@ -261,8 +262,10 @@ def stage(source: str | Path, stage_dir: str | Path, index: dict[str, Any], allo
         with _locked(root / f".{name}.lock"):
             checked = root / f".{name}.checked-{allocation}"
             if not target.exists():
+                # Copies are made under the lock only: one left now is a killed stager's.
+                for stale in root.glob(f".{name}.tmp-*"):
+                    shutil.rmtree(stale, ignore_errors=True)
                 tmp = root / f".{name}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
                 try:
                     _copy(Path(source), tmp, index)
                     problems = differences(index, build_index(tmp, index["kind"]))

@@ -74,6 +74,8 @@ def test_stage_copies_once_checks_per_allocation_and_refuses_a_bad_copy(tmp_path
     root = _folder(tmp_path / "data")
     index = stagedata.build_index(root, "folder")
     where = tmp_path / "stage"
+    killed = where / f".aiperf-data-{stagedata.digest(index)[:16]}.tmp-99999"  # a stager killed mid-copy
+    (killed / "train").mkdir(parents=True)
     copy = stagedata.stage(root, where, index, "job1", node="n1")
     assert copy.parent == where and copy.name == "aiperf-data-" + stagedata.digest(index)[:16]
     assert stagedata.digest(stagedata.build_index(copy, "folder")) == stagedata.digest(index)

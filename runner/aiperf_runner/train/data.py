@@ -18,6 +18,10 @@ Sharding across the processes of a data-parallel trial:
 - validation: `ExactShardSampler` splits the indices without padding or duplicates (rank r gets
   r, r+W, r+2W, ...), so summing the per-rank counts gives exactly the validation set's size.
 
+With `run --stage-data` (stagedata.py) the data root is the node's staged copy, and ImageFolder
+datasets take their classes and samples from the run's index (indexed_folder.py) instead of
+scanning the tree in every process.
+
 `smoke` is generated from a seed with numpy using only +, -, *, /, floor, abs and sqrt (no
 transcendental functions, no Gaussian sampling), so it is bit-identical on every rank, node and
 platform; it is generated once per process and kept as a uint8 tensor.
