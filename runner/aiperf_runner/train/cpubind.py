@@ -164,6 +164,8 @@ def plan(local_rank: int, local_world_size: int, allowed: list[int], gpu_nodes: 
 def bind_rank(local_rank: int, local_world_size: int, cuda: bool) -> tuple[list[int], int | None]:
     """Pin this process (the calling thread and every thread and process it starts later) to its
     share; returns (CPUs, NUMA node or None). Call it before threads start (process group, data)."""
+    if not hasattr(os, "sched_setaffinity"):  # not Linux: nothing to bind with
+        return [], None
     gpu_nodes: list[int | None] | None = None
     if cuda:
         gpu_nodes = []
@@ -172,7 +174,10 @@ def bind_rank(local_rank: int, local_world_size: int, cuda: bool) -> tuple[list[
             gpu_nodes.append(pci_numa_node(pci) if pci else None)
     cpus, node = plan(local_rank, local_world_size, allowed_cpus(), gpu_nodes)
     if cpus:
-        os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:  # e.g. CPUs taken offline meanwhile: run unbound rather than not at all
+            return [], None
     return cpus, node
 
 
