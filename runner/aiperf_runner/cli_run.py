@@ -107,6 +107,19 @@ def run(
     publish_hostnames: bool = typer.Option(False, "--publish-hostnames",
                                            help="Log node names as they are. By default the published log names "
                                                 "nodes by pseudonyms keyed with the site secret (docs/log-format.md)."),
+    lr_scaling: str = typer.Option("linear", "--lr-scaling",
+                                   help="The trials' learning rate: linear (lr x global batch / reference batch, "
+                                        "Goyal et al.) or none (lr as the search proposed it, on any number of "
+                                        "devices)."),
+    lr_reference_batch: int = typer.Option(0, "--lr-reference-batch", min=0, metavar="IMAGES",
+                                           help="The batch the searched lr is the rate of (0: the per-device "
+                                                "batch, so the rate is multiplied by the number of devices)."),
+    lr_warmup_epochs: float = typer.Option(None, "--lr-warmup-epochs", min=0.0, metavar="EPOCHS",
+                                           help="Linear warm-up of the learning rate (default: 1 epoch, 5 when "
+                                                "scaled up; at most a tenth of a trial's epoch budget)."),
+    no_cpu_bind: bool = typer.Option(False, "--no-cpu-bind",
+                                     help="Do not pin each training process and its data-loader workers to the "
+                                          "cores of its GPU's NUMA node (CPU: an even share of the cores)."),
     progress: str = typer.Option("auto", "--progress", help="auto (live on a terminal), live, plain or none."),
     trial_module: str = typer.Option("aiperf_runner.train.trial", "--trial-module", hidden=True,
                                      help="Module run as the trial program (tests use a fake one)."),
@@ -139,7 +152,9 @@ def run(
                                precision=precision, data=data, stage_data=stage_data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
                                system_name=system_name.strip(), interconnect=interconnect.strip(),
-                               publish_hostnames=publish_hostnames)
+                               publish_hostnames=publish_hostnames, lr_scaling=lr_scaling,
+                               lr_reference_batch=lr_reference_batch, lr_warmup_epochs=lr_warmup_epochs,
+                               cpu_bind=not no_cpu_bind)
             registration = service = None
             if system is not None:
                 if offline:

@@ -223,8 +223,10 @@ class Controller:
         lock_fh = lock(run_dir)
         try:
             run_json = read_run_json(run_dir)
-            config = RunConfig.from_json(privacy.merge_config(run_json.get("config") or {},
-                                                              privacy.read_private(run_dir)))
+            saved = run_json.get("config") or {}
+            config = RunConfig.from_json(privacy.merge_config(saved, privacy.read_private(run_dir)))
+            if "lr_scaling" not in saved:  # started by a runner that did not scale: keep its trials' rate
+                config.lr_scaling = "none"
             writer = EventWriter(run_dir / "events.jsonl", durability="batch")  # drops a line cut short by the crash
             state = RunState()
             live_score = _LiveScore(run_dir, config.rules, state)  # listens while the log is replayed
@@ -446,6 +448,7 @@ class Controller:
             "seed": (self.config.seed * 1_000_003 + seq) % 2**31, "device_type": self.slots[0].device_type,
             "early_stopping_patience": self.config.early_stopping_patience,
             "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
+            "lr_scaling": self.config.lr_settings(), "cpu_bind": self.config.cpu_bind,
         })
         self._log("trial_proposed", trial=trial_id, arch_hash=candidate.arch_hash, parent=parent,
                   morphisms=candidate.morphisms, hparams=hparams, hparam_source=source, round=round_,

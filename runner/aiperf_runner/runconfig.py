@@ -7,6 +7,7 @@ from typing import Any
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 TRIAL_MODULE = "aiperf_runner.train.trial"
+LR_RULES = ("linear", "none")  # as train/lrscale.py (which needs torch; this module must not)
 
 
 class ControllerError(RuntimeError):
@@ -36,6 +37,18 @@ class RunConfig:
     interconnect: str = ""  # e.g. "InfiniBand NDR 400"; nothing detects it reliably, so the operator says
     system_id: str = ""  # the service's id of the registered system the run is judged by (run --system)
     publish_hostnames: bool = False  # log node names as they are, not as the site's pseudonyms
+    # The trials' learning rate (train/lrscale.py): scaled linearly with the global batch (or not),
+    # relative to this batch (0: the per-device batch, so k = ranks), after a warm-up of this many
+    # epochs (None: 1 epoch, 5 when scaled up; at most a tenth of the trial's budget).
+    lr_scaling: str = "linear"
+    lr_reference_batch: int = 0
+    lr_warmup_epochs: float | None = None
+    cpu_bind: bool = True  # pin each rank and its data-loader workers to its cores (train/cpubind.py)
+
+    def lr_settings(self) -> dict[str, Any]:
+        """trial.json's `lr_scaling` object."""
+        return {"rule": self.lr_scaling, "reference_batch": self.lr_reference_batch,
+                "warmup_epochs": self.lr_warmup_epochs}
 
     def check(self) -> None:
         if self.slots is not None and self.slots < 1:
@@ -48,6 +61,12 @@ class RunConfig:
             raise ControllerError("--max-retries must be 0 or more")
         if self.precision not in PRECISIONS:
             raise ControllerError(f"--precision must be one of {', '.join(PRECISIONS)}")
+        if self.lr_scaling not in LR_RULES:
+            raise ControllerError(f"--lr-scaling must be one of {', '.join(LR_RULES)}")
+        if self.lr_reference_batch < 0:
+            raise ControllerError("--lr-reference-batch must be 0 (the per-device batch) or more")
+        if self.lr_warmup_epochs is not None and not 0 <= self.lr_warmup_epochs < float("inf"):
+            raise ControllerError("--lr-warmup-epochs must be 0 or more")
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:

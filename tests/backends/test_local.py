@@ -91,3 +91,15 @@ def test_reap_orphan_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
 def test_describe_returncode() -> None:
     assert describe_returncode(2) == "exit status 2"
     assert "SIGKILL" in describe_returncode(-9) and "memory" in describe_returncode(-9)
+
+
+def test_cpu_slots_get_their_own_cores(tmp_path: Path) -> None:
+    from aiperf_runner.train.cpubind import CPU_SET_ENV, parse_cpulist
+
+    allowed = sorted(os.sched_getaffinity(0))
+    b = LocalBackend(tmp_path, slots=2, devices_per_slot=1, device_type="cpu")
+    sets = [parse_cpulist(b.slot_env(s)[CPU_SET_ENV]) for s in b.slots()]
+    if len(allowed) >= 2:
+        assert not set(sets[0]) & set(sets[1]) and sorted(sets[0] + sets[1]) == allowed
+    one = LocalBackend(tmp_path, slots=1, device_type="cpu")
+    assert CPU_SET_ENV not in one.slot_env(one.slots()[0])  # one slot: the trial splits every core itself

@@ -227,3 +227,16 @@ def test_checkpoints_kept_for_a_retry_and_deleted_when_a_trial_is_over(tmp_path:
     # Cancelled at the duration or waiting for a retry: a finished run needs none of them.
     assert not list(run_dir.glob("trials/*/checkpoint.pt*"))
     assert list(run_dir.glob("trials/*/weights.safetensors")), "the kept weights are not checkpoints"
+
+
+def test_trials_get_the_runs_lr_scaling_and_cpu_binding(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    run_controller(run_dir, slots=1, duration_s=2.0, cpu_bind=False, lr_reference_batch=256, lr_warmup_epochs=2.5)
+    saved = json.loads((run_dir / "run.json").read_text())["config"]
+    assert (saved["cpu_bind"], saved["lr_scaling"], saved["lr_reference_batch"], saved["lr_warmup_epochs"]) == \
+        (False, "linear", 256, 2.5)
+    trial = json.loads((run_dir / "trials" / "t0000" / "trial.json").read_text())
+    assert trial["cpu_bind"] is False
+    assert trial["lr_scaling"] == {"rule": "linear", "reference_batch": 256, "warmup_epochs": 2.5}
+    with pytest.raises(ControllerError, match="lr-scaling"):
+        Controller.create(config(lr_scaling="sqrt"), tmp_path / "bad")

@@ -152,3 +152,19 @@ def test_resume_after_sigkill_of_the_controller(tmp_path: Path, fake_env) -> Non
     events = check_resumed_log(run_dir, before, done_before)
     assert events[-1]["reason"] == "duration"
     assert not (run_dir / "controller.lock").exists()
+
+
+def test_a_run_from_before_lr_scaling_resumes_unscaled(tmp_path: Path, fake_env) -> None:
+    run_dir = tmp_path / "run"
+    c = Controller.create(config(duration_s=60.0), run_dir)
+    c.buffer.stop()
+    c.writer.close()
+    c._lock_fh.close()
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert run_json["config"]["lr_scaling"] == "linear"
+    del run_json["config"]["lr_scaling"]  # as an older runner wrote it
+    (run_dir / "run.json").write_text(json.dumps(run_json))
+    r = Controller.resume(run_dir)
+    assert r.config.lr_scaling == "none"  # its trials keep the rate they were searched at
+    r.request_stop("stopped")
+    assert r.run() == "stopped"

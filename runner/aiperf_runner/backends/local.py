@@ -4,7 +4,9 @@ Each attempt runs in its own process group (session), so cancelling it kills the
 trial program and the DDP workers it spawns). The machine's devices are split between the slots:
 with CUDA, `devices_per_slot` GPUs per slot through CUDA_VISIBLE_DEVICES; on CPU, every slot runs
 `devices_per_slot` processes and each process gets `cores // (slots * devices_per_slot)` threads
-(OMP_NUM_THREADS), so the slots do not fight over the cores.
+(OMP_NUM_THREADS), so the slots do not fight over the cores, and with several slots its own share
+of the cores ($AIPERF_CPU_SET, whole physical cores), within which the trial pins its ranks
+(train/cpubind.py; not with `--no-cpu-bind`).
 
 The process id of every running attempt is written to `trials/<id>/pid` (removed when the attempt
 ends), so that a controller resuming after a crash can kill what its predecessor left running
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.train.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
 
 PID_FILE = "pid"
 CANCEL_GRACE_S = 2.0
@@ -196,6 +199,10 @@ class LocalBackend(Backend):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in slot.device_ids)
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
+            if self.n_slots > 1:
+                cpus = share(core_groups(os.sched_getaffinity(0)), slot.index, self.n_slots)
+                if cpus:
+                    env[CPU_SET_ENV] = format_cpulist(cpus)
         return env
 
     def launch(self, spec: LaunchSpec, slot: Slot) -> LocalHandle:

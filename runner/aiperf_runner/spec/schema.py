@@ -122,6 +122,17 @@ def accelerators_field() -> Field:
                  "an attempt logs; optional)", required=False)
 
 
+def lr_scaling_field() -> Field:
+    return Field("lr_scaling", "type(v) is dict and type(v.get('rule')) is str and type(v.get('global_batch')) is int "
+                               "and v['global_batch'] >= 1 and type(v.get('reference_batch')) is int "
+                               "and v['reference_batch'] >= 1 and all(type(v.get(k)) in (int, float) and "
+                               "0 <= v[k] <= 1e308 for k in ('base_lr', 'peak_lr', 'warmup_epochs'))",
+                 "an object: rule, base_lr, reference_batch, global_batch, peak_lr, warmup_epochs",
+                 "(the learning rate the attempt trained at: rule `linear`/`none`, base_lr (the hyper-parameter), "
+                 "reference_batch, global_batch, peak_lr = base_lr x global_batch / reference_batch, warmup_epochs; "
+                 "in the first epoch an attempt logs; optional)", required=False)
+
+
 def run_id_field() -> Field:
     return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
 
@@ -163,7 +174,7 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         nonneg("images_evaluated"), accuracy("val_accuracy"),
         Field("val_loss", f"v is None or ({_NUMBER})", "a number or null"),
         number("started_at"), number("ended_at", "(float UTC seconds, from the trial process)"), number("seconds"),
-        accelerators_field()),
+        accelerators_field(), lr_scaling_field()),
         "one epoch trained and evaluated"),
     EventType("trial_finished", (MAIN,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),

@@ -40,6 +40,8 @@ class TrialConfig:
     label_smoothing: float
     dropout: float
     channels_last: bool | None = None  # None: on (faster on CUDA and, with oneDNN, on CPU too)
+    lr_scaling: dict[str, Any] | None = None  # {rule, reference_batch, warmup_epochs}: lrscale.py; None: unscaled
+    cpu_bind: bool = True  # pin ranks and data-loader workers to their cores (cpubind.py)
     hparams: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -86,6 +88,8 @@ class TrialConfig:
             label_smoothing=float(hp.get("label_smoothing", 0.0)),
             dropout=float(hp.get("dropout", 0.0)),
             channels_last=trial.get("channels_last"),
+            lr_scaling=trial.get("lr_scaling"),
+            cpu_bind=bool(trial.get("cpu_bind", True)),
             hparams=hp,
         )
         if cfg.epoch_budget < 0 or cfg.batch_size < 1 or cfg.lr <= 0:

@@ -454,8 +454,10 @@ def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int,
 
 def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: int = 1,
                device: torch.device | None = None, shuffle_seed: int = 0, local_world_size: int = 1,
-               workers: int | None = None, channels_last: bool = False) -> TrialData:
-    """Loaders of this rank's shard: shuffled training, exact-shard validation."""
+               workers: int | None = None, channels_last: bool = False,
+               worker_init_fn: Callable[[int], None] | None = None) -> TrialData:
+    """Loaders of this rank's shard: shuffled training, exact-shard validation (an ImageFolder's
+    worker processes start with `worker_init_fn`: the trial pins them to the rank's CPUs)."""
     device = device or torch.device("cpu")
     normalizer = Normalizer(spec.name, device, channels_last)
     if spec.name in ("smoke", "fashion-mnist"):
@@ -485,7 +487,7 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     workers = default_workers(local_world_size) if workers is None else workers
     pin = device.type == "cuda"
     common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
-                              "persistent_workers": workers > 0}
+                              "persistent_workers": workers > 0, "worker_init_fn": worker_init_fn}
     train_sampler: DistributedSampler[Any] = DistributedSampler(train_set, num_replicas=world_size, rank=rank,
                                                                 shuffle=True, seed=shuffle_seed)
     train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)

@@ -16,9 +16,10 @@ TRIAL_DIR/checkpoint.pt (model, optimizer, scaler, early-stopping state and the 
 that record if the crash came between the two. So no epoch is trained or logged twice.
 
 The loop follows torchvision's classification reference: SGD with momentum 0.9, weight decay,
-label smoothing, a learning rate decayed (cosine, per iteration, after a short linear warm-up)
-over the trial's own epoch budget, evaluation on the whole validation set every epoch, early
-stopping on validation loss. Per step the loop does no host-device synchronisation: losses are
+label smoothing, a learning rate scaled linearly with the global batch and decayed (cosine, per
+iteration, after a linear warm-up) over the trial's own epoch budget (lrscale.py), evaluation on the whole validation set every epoch, early
+stopping on validation loss. Each rank and its data-loader workers are pinned to the cores
+nearest its device (cpubind.py; trial.json `cpu_bind`). Per step the loop does no host-device synchronisation: losses are
 summed on the device and read once per epoch.
 """
 
@@ -47,9 +48,11 @@ from aiperf_runner.spec.replay import Replay
 
 from .builder import build_module
 from .config import TrialConfig, TrialError
-from .data import Normalizer, TrialData, build_data
+from .cpubind import bind_rank, format_cpulist, worker_init
+from .data import Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
+from .lrscale import CosineSchedule, LrScaling
 from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
 
@@ -96,33 +99,6 @@ def _broadcast_int(value: int, denv: DistEnv, device: torch.device) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=device)
     dist.broadcast(t, src=0)
     return int(t.item())
-
-
-# ---- learning rate ----------------------------------------------------------------------------
-
-class CosineSchedule:
-    """Per-iteration learning rate over the trial's epoch budget: linear warm-up, cosine to zero.
-
-    A pure function of progress in epochs (`epoch - 1 + step / steps_per_epoch`), so a resumed
-    attempt continues exactly where the checkpoint left off, even on a different number of devices.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, epoch_budget: int) -> None:
-        self.optimizer = optimizer
-        self.base_lr = base_lr
-        self.budget = max(1, epoch_budget)
-        self.warmup = min(1.0, 0.1 * self.budget)  # epochs
-
-    def factor(self, progress: float) -> float:
-        if progress < self.warmup:
-            return max(progress / self.warmup, 0.02)
-        p = min(1.0, (progress - self.warmup) / max(self.budget - self.warmup, 1e-9))
-        return 0.5 * (1.0 + math.cos(math.pi * p))
-
-    def set(self, progress: float) -> None:
-        lr = self.base_lr * self.factor(progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
 
 # ---- training and evaluation ------------------------------------------------------------------
@@ -241,8 +217,10 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
         cfg = TrialConfig.load(trial_dir)
         trial_id = cfg.trial
         device = _device_for(cfg, denv)
+        budget = cpu_budget()  # this node's CPUs for the trial, before binding narrows them to the rank's
+        cpus = _bind_cpus(cfg, denv, device)  # before the process group and data start threads
         _init_process_group(denv, device)
-        _train(cfg, trial_dir, attempt, denv, device, writer)
+        _train(cfg, trial_dir, attempt, denv, device, writer, cpus, budget)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is logged, then reported by the exit status
         traceback.print_exc()
@@ -269,8 +247,20 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
                 pass
 
 
+def _bind_cpus(cfg: TrialConfig, denv: DistEnv, device: torch.device) -> list[int] | None:
+    """Pin this rank to its cores (cpubind.py); None when binding is off or left to srun."""
+    if not cfg.cpu_bind or denv.source == "slurm":
+        return None  # srun started every rank itself: its --cpu-bind owns placement
+    cpus, node = bind_rank(denv.local_rank, denv.local_world_size, device.type == "cuda")
+    if cpus:
+        where = f"NUMA node {node}" if node is not None else "an even share"
+        print(f"rank {denv.rank}: CPUs {format_cpulist(cpus)} ({where})", flush=True)
+    return cpus or None
+
+
 def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, device: torch.device,
-           writer: EventWriter | None) -> dict[str, Any] | None:
+           writer: EventWriter | None, cpus: list[int] | None = None,
+           budget: int | None = None) -> dict[str, Any] | None:
     is_main = denv.rank == 0
     ckpt_path = trial_dir / CHECKPOINT
     log = print if is_main else (lambda *a, **k: None)
@@ -311,12 +301,15 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         # Share the CPUs between this machine's processes: oversubscribed intra-op threads spin
         # against each other and can make a step many times slower. OMP_NUM_THREADS, when set,
         # is per process under torchrun/srun and for the whole trial when it spawns its own.
+        # A bound rank runs at most one thread per CPU of its share (unless OMP_NUM_THREADS says).
         env_threads = int(os.environ.get("OMP_NUM_THREADS") or 0)
+        share = (budget or cpu_budget()) // denv.local_world_size
+        if cpus:
+            share = min(share, len(cpus))
         if denv.source == "spawn":
-            budget = env_threads or cpu_budget()
-            torch.set_num_threads(max(1, budget // denv.local_world_size))
+            torch.set_num_threads(max(1, env_threads // denv.local_world_size if env_threads else share))
         elif not env_threads:
-            torch.set_num_threads(max(1, cpu_budget() // denv.local_world_size))
+            torch.set_num_threads(max(1, share))
     # channels_last: tensor cores on CUDA; on CPU oneDNN's convolutions run 20-35 % faster with it
     # (small ResNets, one thread; bench/harness_overhead.py --preset fashion-mnist prints both).
     channels_last = cfg.channels_last if cfg.channels_last is not None else True
@@ -325,9 +318,15 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
     model = build_module(cfg.graph, num_classes=cfg.data.num_classes, dropout=cfg.dropout)
     model.to(device)
     model.to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=MOMENTUM, weight_decay=cfg.weight_decay)
+    try:
+        scaling = LrScaling.from_settings(cfg.lr_scaling, base_lr=cfg.lr, batch_size=cfg.batch_size,
+                                          world_size=denv.world_size, epoch_budget=cfg.epoch_budget)
+    except (TypeError, ValueError) as exc:
+        raise TrialError(f"trial.json lr_scaling: {exc}") from None
+    optimizer = torch.optim.SGD(model.parameters(), lr=scaling.peak_lr, momentum=MOMENTUM,
+                                weight_decay=cfg.weight_decay)
     scaler = precision.make_scaler()
-    schedule = CosineSchedule(optimizer, cfg.lr, cfg.epoch_budget)
+    schedule = CosineSchedule.scaled(optimizer, scaling)
     progress = Progress()
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -344,10 +343,13 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     data = build_data(cfg.data, batch_size=cfg.batch_size, rank=denv.rank, world_size=denv.world_size,
                       device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
-                      channels_last=channels_last)
+                      channels_last=channels_last, worker_init_fn=worker_init(cpus or ()),
+                      workers=default_workers(1) if cpus else None)  # the rank's own share of CPUs
     log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
-        f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device, train {data.train_size} / val "
-        f"{data.val_size} images", flush=True)
+        f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device ({scaling.global_batch} global), lr "
+        f"{scaling.peak_lr:g} ({scaling.rule} scaling of {cfg.lr:g}, warm-up {scaling.warmup_epochs:g} epochs), "
+        f"train {data.train_size} / val {data.val_size} images", flush=True)
+    lr_record: dict[str, Any] | None = scaling.record()  # for the attempt's first epoch
     accelerators: dict[str, int] | None = accelerator_models(denv, device)  # for the attempt's first epoch
 
     while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
@@ -388,6 +390,8 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
                   "started_at": started_at, "ended_at": ended_at, "seconds": seconds}
         if accelerators:
             record["accelerators"], accelerators = accelerators, None
+        if lr_record:
+            record["lr_scaling"], lr_record = lr_record, None
         if is_main:
             save_checkpoint(trial_dir / CHECKPOINT, {
                 "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
