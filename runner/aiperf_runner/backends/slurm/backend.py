@@ -306,8 +306,7 @@ class SlurmBackend(Backend):
             raise SlurmError(f"sbatch printed no job id: {out.strip()!r}")
         prefix.with_name(prefix.name + ".jobid").write_text(job_id + "\n")
         handle = SlurmHandle(self, spec, slot, job_id, prefix)
-        self._live[job_id] = handle
-        self._watch.add(handle, [spec.trial_dir / EVENTS, handle.exit_file])
+        self.track(handle)
         self._wait_started(handle)
         return handle
 
@@ -381,6 +380,11 @@ class SlurmBackend(Backend):
             if fields.get("JobId") == job_id and fields.get("Name") == name:
                 return {"state": fields.get("JobState", ""), "reason": ""}
         return None
+
+    def track(self, handle: SlurmHandle) -> None:
+        """A submitted attempt: polled through squeue, its trial log and exit file watched."""
+        self._live[handle.job_id] = handle
+        self._watch.add(handle, [handle.spec.trial_dir / EVENTS, handle.exit_file])
 
     def forget(self, handle: SlurmHandle) -> None:
         self._live.pop(handle.job_id, None)
