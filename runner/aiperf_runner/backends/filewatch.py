@@ -134,7 +134,10 @@ class FileWatch:
             news = self._ended() | self._inotify_news() | self._stat_due(now)
             if news or now >= deadline:
                 return news
-            nap = max(0.0, min([deadline, *(w.due for w in self._watched.values())]) - now)
+            wake = [deadline, *(w.due for w in self._watched.values())]
+            if self.every_s is not None:
+                wake += [w.report_due for w in self._watched.values()]
+            nap = max(0.0, min(wake) - now)
             if self._inotify is not None:
                 select.select([self._inotify], [], [], nap)
             else:
