@@ -63,24 +63,24 @@ def test_an_unchanged_file_is_looked_at_less_and_less_and_a_change_is_seen(tmp_p
     written = time.monotonic()
     seen = collect(watch, 1.2)
     assert seen and seen[0][1] == {attempt}
-    assert seen[0][0] - written <= 0.8 + 0.15
+    assert seen[0][0] - written <= 0.8 + 0.5  # the longest back-off, and a loaded machine's delay
     assert len(seen) == 1  # reported once, not again while it stays the same
 
 
 @pytest.mark.skipif(inotify_simple is None or not sys.platform.startswith("linux"), reason="inotify is Linux's")
 def test_inotify_reports_a_write_at_once_however_long_the_back_off(tmp_path: Path) -> None:
     log = tmp_path / "events.jsonl"
-    watch = FileWatch(min_s=0.1, max_s=30.0)
+    watch = FileWatch(min_s=5.0, max_s=30.0)  # no stat in the first 5 s: what is seen, inotify saw
     assert watch.inotify
     attempt = Attempt(tmp_path)
     watch.add(attempt, [log])
-    assert collect(watch, 1.0) == []  # no file yet: nothing to report; the back-off is at 0.8 s
+    assert collect(watch, 0.5) == []
     (tmp_path / "stdout.log").write_text("a trial's print is not news\n")
     assert collect(watch, 0.3) == []
     log.write_text('{"type": "epoch_end"}\n')
     written = time.monotonic()
     news = watch.wait(2.0)
-    assert news == {attempt} and time.monotonic() - written < 0.1
+    assert news == {attempt} and time.monotonic() - written < 1.0
     assert collect(watch, 0.5) == []  # the back-off does not report the same change again
     watch.close()
 
@@ -109,16 +109,17 @@ def test_the_local_backend_tells_the_controller_of_a_line_and_of_the_end(tmp_pat
                       trial_dir / "stdout.log", trial_dir / "stderr.log", env={"PYTHONPATH": str(REPO)})
     try:
         handle = backend.launch(spec, backend.slots()[0])
-        seen = []
+        log = trial_dir / "events.jsonl"
+        seen = []  # (when, the line was there, exit status) at each answer with news
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and handle.poll() is None or len(seen) < 2:
+        while not seen or seen[-1][2] is None:
             news = backend.wait_changed(0.1)
-            assert news is not None
+            assert news is not None and time.monotonic() < deadline
             if news:
-                seen.append((time.monotonic(), (trial_dir / "events.jsonl").exists(), handle.poll()))
-            assert time.monotonic() < deadline
-        (line_at, has_line, rc_then), (end_at, _, rc) = seen[:2]
-        assert has_line and rc_then is None and rc == 0
+                seen.append((time.monotonic(), log.exists() and log.read_text() == "{}\n", handle.poll()))
+        line_at = next(t for t, has_line, rc in seen if has_line)
+        end_at, _, rc = seen[-1]
+        assert rc == 0 and len(seen) <= 4  # the file's creation, its line, the end: not every 0.1 s
         assert 0.7 < end_at - line_at < 1.6  # the line, then the exit a second later: each when it happened
     finally:
         backend.shutdown()
