@@ -12,6 +12,11 @@
 # they use different ports and state directories. State lives under var/slurm/ in the repository
 # (one-node) and var/slurm/two-node/; completed jobs are listed in log/jobcomp.log of each.
 # Every client command (sinfo, sbatch, squeue...) needs SLURM_CONF=<dir>/slurm.conf.
+#
+# Accounting: when slurmdbd and MariaDB are installed (apt-get install slurmdbd mariadb-server), one
+# slurmdbd (port 6819, state under var/slurm/dbd/) serves both clusters from the MariaDB database
+# slurm_acct_db, so `sacct` lists their jobs and job steps; MariaDB is started if it is down. Without
+# them the clusters keep no accounting (AccountingStorageType=accounting_storage/none).
 # `start` and `start-two-node` are idempotent: daemons already up are left alone.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +32,22 @@ pid_alive() {  # pid_alive FILE NAME: the pid in FILE is a running NAME process
     [ -s "$1" ] || return 1
     pid=$(cat "$1" 2>/dev/null) || return 1
     [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] && grep -q "^$2" "/proc/$pid/comm"
+}
+
+DBD_PORT=6819
+DBD_DIR=$BASE/dbd
+DB_USER=aiperf_slurm
+DB_PASS=aiperf-test-only  # a throwaway database on 127.0.0.1 of a test machine
+
+have_dbd() { [ -x /usr/sbin/slurmdbd ] && { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ]; }; }
+
+accounting_lines() {  # the accounting part of slurm.conf: slurmdbd when it can run here, else none
+    if have_dbd; then
+        printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=%s\nAccountingStoragePort=%s\n' \
+            "$HOST" "$DBD_PORT"
+    else
+        echo "AccountingStorageType=accounting_storage/none"
+    fi
 }
 
 node_names() { if [ "$1" = two-node ]; then echo "n1 n2"; else echo "$HOST"; fi; }
@@ -56,7 +77,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=5
 MailProg=/bin/true
-AccountingStorageType=accounting_storage/none
+$(accounting_lines)
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.log
@@ -121,6 +142,59 @@ start_munge() {
     die "munged did not come up"
 }
 
+start_mariadb() {
+    if mariadb-admin ping >/dev/null 2>&1; then return; fi
+    /etc/init.d/mariadb start >/dev/null 2>&1 || { mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+                                                    (mysqld_safe >/dev/null 2>&1 &); }
+    for _ in $(seq 1 60); do
+        if mariadb-admin ping >/dev/null 2>&1; then echo mariadb > "$BASE/mariadb.ours"; return; fi
+        sleep 0.5
+    done
+    die "MariaDB did not come up (needed by slurmdbd)"
+}
+
+start_dbd() {  # one slurmdbd for both clusters; slurmctld must find it up to register its cluster
+    have_dbd || return 0
+    mkdir -p "$DBD_DIR"
+    if ! pid_alive "$DBD_DIR/slurmdbd.pid" slurmdbd; then
+        start_mariadb
+        mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+                    CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+                    GRANT ALL ON slurm_acct_db.* TO '$DB_USER'@'localhost';" \
+            || die "could not create the accounting database in MariaDB"
+        # slurmdbd refuses a slurmdbd.conf others can read; it looks for it next to $SLURM_CONF.
+        ( umask 077; cat > "$DBD_DIR/slurmdbd.conf" <<EOF
+# Written by scripts/slurm-cluster.sh; regenerated on every start.
+AuthType=auth/munge
+DbdHost=$HOST
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$DBD_DIR/slurmdbd.pid
+LogFile=$DBD_DIR/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=$DB_USER
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+        )
+        SLURM_CONF=$DBD_DIR/slurm.conf /usr/sbin/slurmdbd
+    fi
+    for _ in $(seq 1 120); do  # up once it answers (the first start creates the tables: a few seconds)
+        (exec 3<>"/dev/tcp/127.0.0.1/$DBD_PORT") 2>/dev/null && return 0
+        sleep 0.25
+    done
+    tail -n 20 "$DBD_DIR/slurmdbd.log" >&2 || true
+    die "slurmdbd did not come up (log: $DBD_DIR/slurmdbd.log)"
+}
+
+register_cluster() {  # register_cluster CONF NAME: sacct needs the cluster known to slurmdbd
+    have_dbd || return 0
+    SLURM_CONF=$1 sacctmgr -n -P list cluster format=Cluster 2>/dev/null | grep -qx "$2" \
+        || SLURM_CONF=$1 sacctmgr -i add cluster "$2" >/dev/null
+}
+
 cluster_running() {  # all daemons of MODE are alive
     local mode=$1 dir n
     dir=$(dir_of "$mode")
@@ -153,12 +227,17 @@ start_cluster() {  # start_cluster MODE
     write_conf "$mode" > "$conf.new"
     [ "$mode" = two-node ] || ! grep -q '^GresTypes=gpu' "$conf.new" || write_gres_conf "$dir"
     if [ -f "$conf" ] && ! cmp -s "$conf" "$conf.new" && cluster_running "$mode"; then
-        echo "slurm-cluster: configuration changed; restarting the $mode cluster"
-        stop_cluster "$mode"
+        # Restarted in place: slurmctld recovers its jobs from StateSaveLocation and running steps
+        # outlive slurmd, so jobs of others using the cluster meanwhile are not cancelled.
+        echo "slurm-cluster: configuration changed; restarting the $mode cluster's daemons (jobs are kept)"
+        for n in $(node_names "$mode"); do kill_pidfile "$(slurmd_pidfile "$mode" "$n")" slurmd; done
+        kill_pidfile "$dir/run/slurmctld.pid" slurmctld
     fi
     mv -f "$conf.new" "$conf"
     touch "$dir/log/jobcomp.log"
     start_munge
+    start_dbd
+    register_cluster "$conf" "$(sed -n 's/^ClusterName=//p' "$conf")"
     export SLURM_CONF=$conf
     if ! pid_alive "$dir/run/slurmctld.pid" slurmctld; then
         /usr/sbin/slurmctld -f "$conf"
@@ -221,6 +300,14 @@ stop_munge_if_ours() {
     rm -f "$BASE/munged.ours"
 }
 
+stop_dbd() {  # and MariaDB, if this script started it
+    kill_pidfile "$DBD_DIR/slurmdbd.pid" slurmdbd
+    if [ -s "$BASE/mariadb.ours" ]; then
+        /etc/init.d/mariadb stop >/dev/null 2>&1 || mariadb-admin shutdown >/dev/null 2>&1 || true
+        rm -f "$BASE/mariadb.ours"
+    fi
+}
+
 status() {
     local mode dir
     for mode in one-node two-node; do
@@ -241,6 +328,7 @@ case "${1:-}" in
     stop)
         stop_cluster two-node
         stop_cluster one-node
+        stop_dbd
         stop_munge_if_ours
         ;;
     status) status ;;

@@ -8,7 +8,9 @@
   trial that produced it.
 - **Round and budget**: round r = trial sequence number // slots; epoch budget from the preset.
 - **Epochs**: the trial program appends `epoch_end` lines to `trials/<id>/events.jsonl`; the
-  controller copies each new one into the main log as it appears (every `POLL_S`).
+  controller copies each new one into the main log as it appears: when the backend says the file
+  changed (`wait_changed`: inotify, stat with back-off; backends/filewatch.py), or, with a backend
+  that cannot tell, after looking at every running trial's file every `POLL_S`.
 - **Failures**: a non-zero exit or `trial_error` -> `trial_failed` (with the trial's error or the
   tail of its stderr) and a retry, up to `max_retries`; the retried attempt resumes from the
   trial's checkpoint. Then the trial is recorded failed and the run goes on.

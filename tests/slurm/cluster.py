@@ -38,6 +38,29 @@ def slurm(conf: Path, *argv: str, check: bool = True, timeout: float = 60) -> st
     return proc.stdout
 
 
+def sacct(conf: Path, job_id: str, timeout: float = 20) -> dict[str, tuple[str, str]]:
+    """{job or step id: (name, state)} as `sacct` lists them, once it lists the job at all (the
+    controller hands records to slurmdbd a moment after the fact); {} when it never does.
+    Needs accounting: `require_accounting` first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = slurm(conf, "sacct", "-n", "-P", "-j", job_id, "--format=JobID,JobName,State", check=False)
+        # A state may say by whom ("CANCELLED by 0"): its first word.
+        rows = {i: (n, (s.split() or [""])[0])
+                for i, n, s in (line.split("|") for line in out.splitlines() if line.count("|") == 2)}
+        if rows or time.monotonic() >= deadline:
+            return rows
+        time.sleep(0.5)
+
+
+def require_accounting(conf: Path) -> None:
+    """The cluster keeps accounting (scripts/slurm-cluster.sh runs slurmdbd when it is installed)."""
+    config = slurm(conf, "scontrol", "show", "config", check=False)
+    need_service("accounting_storage/slurmdbd" in config,
+                 "the SLURM test cluster keeps no accounting: apt-get install slurmdbd mariadb-server, then "
+                 "scripts/slurm-cluster.sh start")
+
+
 def node_states(conf: Path) -> dict[str, str]:
     try:
         out = slurm(conf, "sinfo", "-h", "-N", "-o", "%N %T", check=False, timeout=20)

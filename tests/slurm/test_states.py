@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,10 @@ def fake_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: dict[
     return backend
 
 
-def handle_for(backend: SlurmBackend, job_id: str = "7") -> SlurmHandle:
-    trial_dir = backend.run_dir / "trials" / "t0000"
+def handle_for(backend: SlurmBackend, job_id: str = "7", trial: str = "t0000") -> SlurmHandle:
+    trial_dir = backend.run_dir / "trials" / trial
     trial_dir.mkdir(parents=True, exist_ok=True)
-    spec = LaunchSpec("t0000", 1, (sys.executable, "-c", "pass"), trial_dir, trial_dir / "out", trial_dir / "err")
+    spec = LaunchSpec(trial, 1, (sys.executable, "-c", "pass"), trial_dir, trial_dir / "out", trial_dir / "err")
     return SlurmHandle(backend, spec, Slot(0, ("n1",)), job_id, trial_dir / "slurm-1")
 
 
@@ -97,6 +98,26 @@ def test_a_job_without_exit_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     lost = handle_for(backend, "10")
     answers["10"] = job("")
     assert lost.poll() == 1 and "vanished" in lost.describe_failure()
+
+
+def test_wait_changed_names_an_attempt_at_its_exit_file_and_each_once_per_squeue_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller reads an attempt when its exit file appears (at once here, by inotify; within
+    2 s by stat when the job writes it on another node) and polls every attempt once per squeue
+    interval, so that the handles see squeue's answers. ~3 s."""
+    backend = fake_backend(tmp_path, monkeypatch, {"7": job("RUNNING"), "8": job("RUNNING")}, squeue_interval_s=1.5)
+    ended, running = handle_for(backend, "7", "t0000"), handle_for(backend, "8", "t0001")
+    backend.track(ended)
+    backend.track(running)
+    assert backend.wait_changed(0.5) == set()
+    ended.exit_file.write_text("0\n")
+    written = time.monotonic()
+    news = backend.wait_changed(3.0)
+    assert news == {ended} and time.monotonic() - written <= 2.1
+    assert ended.poll() == 0  # done: no longer watched
+    news = backend.wait_changed(1.5)
+    assert news == {running}, news
+    assert running.poll() is None
 
 
 def test_grace_for_a_shared_filesystem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,8 @@
 """The single-allocation mode on the one-node cluster: the controller runs inside an sbatch job
 (scripts/slurm-steps.sbatch, as an operator submits it) with two slots, and every trial is a job
-step of that job, seen with `squeue --steps` while the run goes (the test clusters keep no
-accounting, so `sacct` cannot list steps there); and a two-node slot as one step with a torchrun
-on each node, under `salloc` on the two-node cluster. ~50 s."""
+step of that job, seen with `squeue --steps` while the run goes and with `sacct` afterwards (the
+test clusters keep accounting in slurmdbd); and a two-node slot as one step with a torchrun on each
+node, under `salloc` on the two-node cluster. ~50 s."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from aiperf_runner.backends.slurm.steps import SlurmStepsBackend, cpus_per_node
 
 from tests.helpers import REPO
-from tests.slurm.cluster import env_for, read_events, slurm, verify_ok
+from tests.slurm.cluster import env_for, read_events, require_accounting, sacct, slurm, verify_ok
 from tests.slurm.test_launcher import launcher_files
 
 
@@ -36,6 +36,7 @@ def test_outside_an_allocation_it_says_so(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_path: Path) -> None:
+    require_accounting(one_node)
     run_dir = tmp_path / "run"
     env = env_for(one_node, AIPERF_RUNNER=f"{sys.executable} -m aiperf_runner", FAKE_EPOCH_S="1")
     job = subprocess.run(
@@ -69,6 +70,12 @@ def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_pa
     ran = {f"aiperf.{job}.{e['trial']}.{e['attempt']}" for e in started}
     assert len(ran & names) >= 2, (ran, steps)
     assert all(i.startswith(f"{job}.") for i in steps)
+    # And accounting keeps them: sacct lists each attempt as a step of the job, ended.
+    accounted = sacct(one_node, job)
+    assert accounted.get(job, ("", ""))[1] == "COMPLETED", accounted
+    step_rows = {name: state for i, (name, state) in accounted.items() if i.startswith(f"{job}.")}
+    assert ran <= set(step_rows), (ran, accounted)
+    assert all(step_rows[name] in ("COMPLETED", "CANCELLED", "FAILED") for name in ran), accounted
     assert "step of SLURM job" in (run_dir / "trials" / "t0000" / "stdout.log").read_text()
     system = json.loads((run_dir / "run.json").read_text())["system"]
     assert system["slurm"]["mode"] == "steps" and system["slurm"]["probe"] == "ok"

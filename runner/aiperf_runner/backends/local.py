@@ -11,6 +11,9 @@ of the cores ($AIPERF_CPU_SET, whole physical cores), within which the trial pin
 The process id of every running attempt is written to `trials/<id>/pid` (removed when the attempt
 ends), so that a controller resuming after a crash can kill what its predecessor left running
 (`reap_orphan`).
+
+The controller learns of an attempt's new log lines from inotify and of its end from its exit
+status (`wait_changed`, filewatch.py), not by looking at every trial's log 10 times a second.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.filewatch import FileWatch
+from aiperf_runner.spec.runio import EVENTS
 from aiperf_runner.train.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
 
 PID_FILE = "pid"
@@ -189,6 +194,8 @@ class LocalBackend(Backend):
             for i in range(self.n_slots)
         ]
         self._handles: list[LocalHandle] = []
+        # Every trial writes on this machine: inotify sees each line; waitpid says when one ended.
+        self._watch = FileWatch(ended=lambda h: h.poll() is not None, writes_here=True)
 
     def slots(self) -> list[Slot]:
         return list(self._slots)
@@ -222,7 +229,11 @@ class LocalBackend(Backend):
         handle = LocalHandle(spec, slot, proc, pid_file)
         self._handles = [h for h in self._handles if h.poll() is None]
         self._handles.append(handle)
+        self._watch.add(handle, [spec.trial_dir / EVENTS])
         return handle
+
+    def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
+        return self._watch.wait(timeout)
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """Kill the process group a previous controller left running for this trial."""
@@ -255,3 +266,4 @@ class LocalBackend(Backend):
         for handle in self._handles:
             handle.cancel()
         self._handles = []
+        self._watch.close()

@@ -4,6 +4,9 @@
 (script.py) with sbatch, answers every handle's poll from one squeue call, and cancels what is left
 at shutdown or after a killed controller. `SlurmHandle.poll` decides how an attempt ended: the exit
 file the script's EXIT trap writes first, SLURM's state (commands.py) for why it ended without one.
+The controller is told of an attempt's new log lines and exit file by `wait_changed` (filewatch.py:
+stat with back-off, as the job writes them on another node), and of every attempt once per squeue
+interval, so that its poll sees what squeue said.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.filewatch import FileWatch
 from aiperf_runner.hostlist import HostlistError, expand_hostlist
+from aiperf_runner.spec.runio import EVENTS
 
 from .commands import (
     ACTIVE_STATES,
@@ -210,6 +215,7 @@ class SlurmBackend(Backend):
         self._live: dict[str, SlurmHandle] = {}  # job id -> handle of every attempt not known to be over
         self._cache: dict[str, dict[str, str]] = {}
         self._cache_at = 0.0
+        self._watch = FileWatch(every_s=self.squeue_interval_s)
         self._probe_facts: dict[str, Any] | None = None
         self._placement_notes: dict[str, Any] = {}
 
@@ -300,7 +306,7 @@ class SlurmBackend(Backend):
             raise SlurmError(f"sbatch printed no job id: {out.strip()!r}")
         prefix.with_name(prefix.name + ".jobid").write_text(job_id + "\n")
         handle = SlurmHandle(self, spec, slot, job_id, prefix)
-        self._live[job_id] = handle
+        self.track(handle)
         self._wait_started(handle)
         return handle
 
@@ -375,8 +381,17 @@ class SlurmBackend(Backend):
                 return {"state": fields.get("JobState", ""), "reason": ""}
         return None
 
+    def track(self, handle: SlurmHandle) -> None:
+        """A submitted attempt: polled through squeue, its trial log and exit file watched."""
+        self._live[handle.job_id] = handle
+        self._watch.add(handle, [handle.spec.trial_dir / EVENTS, handle.exit_file])
+
     def forget(self, handle: SlurmHandle) -> None:
         self._live.pop(handle.job_id, None)
+        self._watch.discard(handle)
+
+    def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
+        return self._watch.wait(timeout)
 
     def run_jobs(self) -> dict[str, dict[str, str]]:
         """Jobs of this run (by name) that still are in the queue: {job id: info}."""
@@ -408,6 +423,7 @@ class SlurmBackend(Backend):
                 break
             scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
             time.sleep(1.0)  # a cancelled job takes up to KillWait to leave: no need to ask faster
+        self._watch.close()
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """Cancel the jobs a killed controller left for this trial (their ids are in slurm-*.jobid)."""

@@ -18,6 +18,9 @@ and `--wrap` work as with the `slurm` backend (launcher.py); the step's environm
 AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options: `nodes_per_slot`, `gpus_per_node`,
 `slots`, `devices_per_slot`, `probe`, `probe_timeout_s`, `prologue`, `wrap`, `trial_python`,
 `rdzv_iface`, `stop_wait_s`.
+
+A step's end is its srun's exit; its log lines are found by stat with back-off, and at once by
+inotify when the step runs on the controller's node (`wait_changed`, filewatch.py).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.filewatch import FileWatch
 from aiperf_runner.hostlist import HostlistError, expand_hostlist
+from aiperf_runner.spec.runio import EVENTS
 
 from .backend import CANCELLED_STATUS, JOB_PREFIX
 from .commands import SlurmError, run_slurm, slurm_version
@@ -128,6 +133,7 @@ class SlurmStepsBackend(Backend):
         self._slots: list[Slot] | None = None
         self._addr: dict[str, str] = {}
         self._live: dict[str, StepHandle] = {}
+        self._watch = FileWatch(ended=lambda h: h.poll() is not None)
 
     def slots(self) -> list[Slot]:
         if self._slots is None:
@@ -213,7 +219,11 @@ class SlurmStepsBackend(Backend):
                                     start_new_session=True)
         handle = StepHandle(spec, slot, proc, self.step_name(spec), self.job_id, self.stop_wait_s)
         self._live[handle.name] = handle
+        self._watch.add(handle, [spec.trial_dir / EVENTS])
         return handle
+
+    def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
+        return self._watch.wait(timeout)
 
     # ---- what is left of a run ----
     def _steps(self) -> dict[str, str]:
@@ -239,6 +249,7 @@ class SlurmStepsBackend(Backend):
         for handle in list(self._live.values()):
             handle.cancel()
         self._live.clear()
+        self._watch.close()
         with contextlib.suppress(SlurmError):
             left = self._steps()
             if left:
