@@ -21,7 +21,7 @@ from pathlib import Path
 from aiperf_runner import stagedata
 
 from tests.helpers import REPO
-from tests.slurm.cluster import RUNNER, env_for, finish, queue, read_events, run_tag, start_run, wait_until
+from tests.slurm.cluster import RUNNER, env_for, finish, queue, read_events, run_tag, slurm, start_run, wait_until
 from tests.slurm.test_two_node import pseudonyms
 
 
@@ -105,6 +105,9 @@ def test_each_node_stages_a_checked_copy_and_a_corrupted_one_is_refused(two_node
         assert all(e["nodes"] == [n1] for e in started), started
         retried = (failures[0]["trial"], failures[0]["attempt"] + 1)
         assert retried in {(e["trial"], e["attempt"]) for e in started}, started
+        # Not the scheduler's whim: the jobs were submitted excluding n2.
+        job = (run_dir / "trials" / retried[0] / f"slurm-{retried[1]}.jobid").read_text().strip()
+        assert "ExcNodeList=n2" in slurm(two_node, "scontrol", "show", "job", job), job
 
         def finished_on_n1_after() -> bool:
             events = read_events(run_dir)
