@@ -14,6 +14,12 @@
 - **Failures**: a non-zero exit or `trial_error` -> `trial_failed` (with the trial's error or the
   tail of its stderr) and a retry, up to `max_retries`; the retried attempt resumes from the
   trial's checkpoint. Then the trial is recorded failed and the run goes on.
+- **Nodes lost**: an attempt that fails because its node refused the run's staged data
+  (`StageError: node NAME: ...`, stagedata.py) is retried, whatever its retries so far (once per
+  node: a later refusal there, of a job placed before, is an ordinary failure), and the
+  backend stops using the node (`Backend.exclude_node`): each slot lost with it is logged as
+  `slot_lost` (with `node`) and never filled again. A backend that cannot do without the node
+  (local), or no slot left, stops the run with the reason.
 - **Checkpoints** go when no attempt can resume from them any more (checkpoints.py): at a trial's
   end (finished, failed for good, cancelled), for every trial once the run has finished, and on
   `--resume` for the trials the log says are over.
@@ -114,6 +120,8 @@ class Controller:
         self.witnessed_log: WitnessedLog | None = None
         self.keeper: WeightKeeper | None = None  # set once run_started (or run_resumed) is logged
         self._launch_failures_in_a_row = 0
+        self._lost: dict[int, dict[str, str]] = {}  # slot index -> its slot_lost fields (_lose_node)
+        self._excluded: set[str] = set()  # nodes the run stopped using
         self._score = live_score or _LiveScore(run_dir, config.rules, state)
 
     # ---- building -----------------------------------------------------------------------------------
@@ -247,6 +255,10 @@ class Controller:
             masker = privacy.resume_run(run_dir, backend.known_hosts())
             self = cls(run_dir, run_json, config, backend, search, hparams, state, writer, lock_fh, progress,
                        live_score, masker)
+            raw = {pseudonym: name for name, pseudonym in masker.names.items()}
+            for lost in state.slot_lost:  # the nodes the run stopped using stay excluded
+                if lost.get("node"):
+                    self._lose_node(raw.get(str(lost["node"]), str(lost["node"])), str(lost.get("reason")), log=False)
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
@@ -367,7 +379,12 @@ class Controller:
                 self._finished(run.trial, run.attempt, result)
                 continue
             error = tail.error_for(run.attempt) or self._failure_text(run, rc)
-            self._failed(run.trial, run.attempt, error)
+            node = stagedata.refused_node(error, run.handle.nodes, self.masker.host)
+            if node in self._excluded:
+                node = None  # a job placed there before it was excluded: an ordinary failure
+            self._failed(run.trial, run.attempt, error, retry=node is not None)  # the node's fault, not the trial's
+            if node is not None:
+                self._lose_node(node, f"the staged data was refused on node {node}: {error}")
 
     def _failure_text(self, run: Running, rc: int) -> str:
         why = run.handle.describe_failure() or f"exit status {rc}"
@@ -398,8 +415,8 @@ class Controller:
         self.hparams.tell(tr.trial, best)
         self._say(f"{tr.trial} finished: best accuracy {best:.4f} after {tr.epochs_counted} epochs")
 
-    def _failed(self, tr: TrialState, attempt: int, error: str) -> None:
-        retry = tr.failures < self.config.max_retries  # failures so far, before this one
+    def _failed(self, tr: TrialState, attempt: int, error: str, retry: bool = False) -> None:
+        retry = retry or tr.failures < self.config.max_retries  # failures so far, before this one
         self._log("trial_failed", trial=tr.trial, attempt=attempt, error=error, retry=retry)
         if not retry:
             self.hparams.tell(tr.trial, None)  # no result: the optimiser closes its point
@@ -411,7 +428,30 @@ class Controller:
         run = self.running.pop(slot_index)
         self._slot_of.pop(run.handle, None)
         self.tails.pop(run.trial.trial, None)  # a retry reads the trial's log afresh
-        heapq.heappush(self._free, slot_index)
+        if slot_index in self._lost:  # lost while its attempt ran: it goes now
+            self._log("slot_lost", slot=slot_index, **self._lost[slot_index])
+        else:
+            heapq.heappush(self._free, slot_index)
+
+    def _lose_node(self, node: str, reason: str, log: bool = True) -> None:
+        """Stop using `node`: the backend excludes it; each slot lost with it is logged (a busy one
+        when its attempt ends) and never filled again. ControllerError when the backend cannot do
+        without the node, or no slot is left (rather than a loop with nothing to run on)."""
+        reason = reason[:STDERR_TAIL_CHARS]
+        self._excluded.add(node)
+        lost = self.backend.exclude_node(node, set(self._free))
+        if lost is None:
+            raise ControllerError(f"the {self.config.backend} backend has no other node to run on: {reason}")
+        for index in sorted(lost - set(self._lost)):
+            self._lost[index] = {"node": node, "reason": reason}
+            if index in self._free:
+                self._free.remove(index)
+                heapq.heapify(self._free)
+                if log:
+                    self._log("slot_lost", slot=index, node=node, reason=reason)
+        if len(self._lost) >= len(self.slots):
+            raise ControllerError(f"no slot is left: the nodes of all {len(self.slots)} slots were excluded; "
+                                  f"the last: {reason}")
 
     def _fill_slots(self) -> None:
         """Each free slot once, lowest first: work that grows with the free slots, not all of them."""

@@ -290,6 +290,11 @@ def mask_event(masker: Masker, run_dir: str | Path, kind: str, fields: dict[str,
         out["nodes"] = [masker.host(str(n)) for n in out["nodes"]]
         if len(masker.names) != known:
             write_hostnames(run_dir, masker.names)
+    if kind == "slot_lost" and isinstance(out.get("node"), str):  # a node the run stopped using
+        known = len(masker.names)
+        out["node"] = masker.host(out["node"])
+        if len(masker.names) != known:
+            write_hostnames(run_dir, masker.names)
     for key in ("error", "reason"):
         if isinstance(out.get(key), str):
             out[key] = masker.text(out[key])

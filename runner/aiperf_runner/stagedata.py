@@ -20,7 +20,8 @@ Each trial process, before it loads data (`stage_for_trial`), on its own node:
 3. once per allocation (SLURM_JOB_ID; the run without SLURM) checks the copy against the index:
    file count, every path and size, and the ImageFolder class folders. A copy that differs is
    refused (`StageError`, naming the node and the first differences): the attempt fails with that
-   reason in the log, and nothing trains on it. The operator removes the copy to stage again.
+   reason in the log, and nothing trains on it. The controller then stops using the node
+   (`refused_node`; controller.py, `Backend.exclude_node`). The operator removes the copy to stage again.
 
 Trials then read the staged copy, with the ImageFolder samples from the index (no rescan of the
 tree; data.py `IndexedImageFolder`). The check is of paths and sizes, not of contents: hashing a
@@ -34,10 +35,11 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +154,27 @@ def differences(want: dict[str, Any], have: dict[str, Any]) -> list[str]:
 
 
 # ---- the controller's side -----------------------------------------------------------------------------
+
+# What the node's copy or its storage is to blame for; not a source that changed since the run
+# started (every node would refuse it: retrying elsewhere cannot help).
+_REFUSED = re.compile(r"\bStageError: node (\S+?): (?!the data under )")
+
+
+def refused_node(error: str, nodes: Sequence[str], host: Callable[[str], str]) -> str | None:
+    """The node of an attempt (`nodes`: raw names) whose staged data a trial's error text says was
+    refused (`StageError: node NAME: ...`), or None when the failure was not that. The trial names
+    its node as the log does (`host`: raw name -> pseudonym) or raw; an attempt on one node that
+    names another (a host name the backend does not use, as `localhost` for the local backend's
+    slot) is that node's."""
+    found = _REFUSED.search(error)
+    if found is None:
+        return None
+    named = found.group(1)
+    for node in nodes:
+        if named in (node, node.split(".", 1)[0], host(node)):
+            return node
+    return nodes[0] if len(nodes) == 1 else None
+
 
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

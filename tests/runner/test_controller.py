@@ -205,8 +205,8 @@ def test_checkpoints_kept_for_a_retry_and_deleted_when_a_trial_is_over(tmp_path:
                 seen.append((tr.trial, "retry launched", self._there(tr.trial)))
             return super()._launch(tr, slot)
 
-        def _failed(self, tr, attempt, error) -> None:
-            super()._failed(tr, attempt, error)
+        def _failed(self, tr, attempt, error, **kw) -> None:
+            super()._failed(tr, attempt, error, **kw)
             seen.append((tr.trial, tr.status, self._there(tr.trial)))
 
         def _finished(self, tr, attempt, result) -> None:

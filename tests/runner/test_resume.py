@@ -168,3 +168,34 @@ def test_a_run_from_before_lr_scaling_resumes_unscaled(tmp_path: Path, fake_env)
     assert r.config.lr_scaling == "none"  # its trials keep the rate they were searched at
     r.request_stop("stopped")
     assert r.run() == "stopped"
+
+
+def test_a_resumed_run_keeps_excluding_the_nodes_it_lost(tmp_path: Path, fake_env, monkeypatch) -> None:
+    """slot_lost names the node by its pseudonym; the resumed controller excludes the node again
+    (by its raw name) and never fills the slot lost with it (5 s)."""
+    from aiperf_runner.backends.inprocess import InProcessBackend
+
+    excluded: list[str] = []
+
+    def exclude_node(self, node, free):
+        excluded.append(node)
+        return {1}
+
+    monkeypatch.setattr(InProcessBackend, "exclude_node", exclude_node, raising=False)
+    run_dir = tmp_path / "run"
+    c = Controller.create(config(backend="inprocess", duration_s=4.0, epoch_budgets=[1]), run_dir)
+    c._lose_node("gpu17.example.org", "the staged data was refused on node gpu17.example.org: ...")
+    (lost,) = [e for e in read_events(run_dir / "events.jsonl") if e["type"] == "slot_lost"]
+    assert lost["slot"] == 1 and lost["node"].startswith("node-") and "gpu17" not in lost["reason"]
+    c.buffer.stop()  # the controller dies here
+    c.writer.close()
+    c._lock_fh.close()
+    r = Controller.resume(run_dir)
+    assert excluded == ["gpu17.example.org", "gpu17.example.org"] and r._free == [0]
+    assert r.run() == "duration"
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["type"] for e in events].count("slot_lost") == 1  # not logged again
+    started = [e for e in events if e["type"] == "trial_started"]
+    assert len(started) >= 2 and {e["slot"] for e in started} == {0}
+    report = verify(run_dir)
+    assert report["integrity_ok"] and "plausibility.slot_exclusive" not in failed_checks(report)

@@ -156,3 +156,52 @@ def test_prepare_writes_index_and_manifest_and_the_trial_side_finds_them(tmp_pat
         stagedata.start_run(run_dir, "smoke", "generated", None, "/nvme", Masker())
     with pytest.raises(StageError, match="absolute path"):
         stagedata.start_run(run_dir, "cifar", "folder", str(root), "nvme", Masker())
+
+
+def test_the_node_a_refusal_names() -> None:
+    def host(n: str) -> str:
+        return {"n1": "node-aaaaaaaaaaaa", "n2.example.org": "node-bbbbbbbbbbbb"}.get(n, n)
+
+    def error(node: str, what: str = "the staged copy .../aiperf-data-0 does not match") -> str:
+        return f"StageError: node {node}: {what}"
+
+    nodes = ["n1", "n2.example.org"]
+    assert stagedata.refused_node(error("node-bbbbbbbbbbbb"), nodes, host) == "n2.example.org"  # as the log names it
+    assert stagedata.refused_node(error("n2"), nodes, host) == "n2.example.org"  # raw, short
+    assert stagedata.refused_node(error("n1", "cannot stage the data into /x: [Errno 28]"), nodes, host) == "n1"
+    assert stagedata.refused_node(error("n3"), nodes, host) is None  # not one of the attempt's
+    assert stagedata.refused_node(error("myhost"), ["localhost"], host) == "localhost"  # its one node
+    assert stagedata.refused_node(error("n1", "the data under <data> changed since the run started"), nodes,
+                                  host) is None  # the source's fault, not the node's
+    assert stagedata.refused_node("exit status 1: OSError", ["n1"], host) is None
+
+
+def test_a_refused_copy_on_the_local_backends_machine_stops_the_run(tmp_path: Path, fake_env: pytest.MonkeyPatch) -> None:
+    """The local backend has no other node: the first refusal ends the run, with the reason (3 s)."""
+    from aiperf_runner.controller import Controller, ControllerError
+    from aiperf_runner.spec.eventlog import read_events
+
+    from tests.runner.conftest import config
+
+    root = tmp_path / "data"
+    for split in ("train", "val"):
+        for c in ("cat", "dog"):
+            (root / split / c).mkdir(parents=True)
+            (root / split / c / "a.png").write_bytes(b"x" * 64)
+    fake_env.setenv("SLURMD_NODENAME", "n9")
+    fake_env.delenv("SLURM_JOB_ID", raising=False)
+    # A copy left by an earlier run, damaged since: the run's first check refuses it.
+    copy = tmp_path / "nvme" / "n9" / f"aiperf-data-{stagedata.digest(stagedata.build_index(root, 'folder'))[:16]}"
+    stagedata._copy(root, copy, stagedata.build_index(root, "folder"))
+    (copy / "val" / "dog" / "a.png").unlink()
+    run_dir = tmp_path / "run"
+    controller = Controller.create(config(preset="cifar", backend="local", data=str(root), duration_s=60.0,
+                                          stage_data=str(tmp_path / "nvme" / "%n")), run_dir)
+    with pytest.raises(ControllerError, match="local backend has no other node to run on: the staged data was "
+                                              "refused on node localhost: StageError: node n9: the staged copy"):
+        controller.run()
+    events = read_events(run_dir / "events.jsonl")
+    failed = [e for e in events if e["type"] == "trial_failed"]
+    assert failed and all("missing: val/dog/a.png" in e["error"] and e["retry"] for e in failed)
+    assert events[-1]["type"] == "run_finished" and "missing: val/dog/a.png" in events[-1]["error"]
+    assert not [e for e in events if e["type"] in ("slot_lost", "epoch_end")]

@@ -90,3 +90,27 @@ def test_two_node_trial_with_a_rendezvous_interface(tmp_path: Path) -> None:
     bad = subprocess.run(["bash", "-c", line.replace("ib0", "nosuch0") + "; echo reached"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert bad.returncode == 2 and "reached" not in bad.stdout and "no network interface 'nosuch0'" in bad.stderr
+
+
+def test_excluded_nodes_go_to_sbatch_with_the_sites_own(tmp_path: Path) -> None:
+    from aiperf_runner.backends.slurm.script import exclude_args
+
+    assert exclude_args(["--exclude=x1,x2", "--mem=0"], []) == []
+    assert exclude_args(["--mem=0"], ["n2"]) == ["--exclude=n2"]
+    assert exclude_args(["--exclude=x1,x2", "-x x3", "--mem=0"], ["n2", "x1"]) == ["--exclude=x1,x2,x3,n2"]
+
+
+def test_an_excluded_node_costs_the_slots_the_nodes_left_cannot_hold(tmp_path: Path) -> None:
+    # No cluster: the partition as sinfo would have listed it.
+    backend = SlurmBackend(tmp_path, partition="p", probe=False)
+    backend._nodes = [{"name": n, "usable": n != "d"} for n in ("a", "b", "c", "d")]
+    assert [s.index for s in backend.slots()] == [0, 1, 2]
+    assert backend.exclude_node("b", free={0, 2}) == {2}  # a free slot, the highest
+    assert backend.exclude_node("b", free={0, 1}) == set()  # excluded already
+    assert backend.exclude_node("d", free={0, 1}) == set()  # never usable: the slots stay
+    assert backend.exclude_node("a", free=set()) == {1}  # none free: the highest busy one
+    assert backend.exclude_node("c", free={0}) == {0}
+    shared = SlurmBackend(tmp_path, partition="p", probe=False, exclusive=False, slots=3)
+    shared._nodes = [{"name": n, "usable": True} for n in ("a", "b")]
+    assert shared.exclude_node("a", free={0}) == set()  # jobs share the node left
+    assert shared.exclude_node("b", free={0}) == {0, 1, 2}

@@ -1,11 +1,13 @@
 """`run --stage-data` on the two-node cluster: each node stages its own checked copy of the data
-and the trials read it; a node whose copy is corrupted is refused, with the reason in the log.
+and the trials read it; a node whose copy is corrupted is refused, with the reason in the log, and
+the run stops using it: the refused attempt is retried on the other node, which runs every later trial.
 
 The two nodes are slurmds on this one machine, so the stage directory names the node (`%n`) to
 give each its own copy. The trials are the fast stand-in (tests/runner/fake_trial.py), which stages
 exactly as the real trial program does (stagedata.stage_for_trial); tests/runner/test_stagedata.py
-covers the real program. With slurm-steps, each node checks its copy once per allocation. About 60 s
-in all (30 s with the slurm backend, 20 s with slurm-steps, the cluster's start and stop).
+covers the real program. With slurm-steps, each node checks its copy once per allocation, and a
+node holding a damaged copy loses its slot. About 90 s in all (40 s with the slurm backend, 20 + 12 s
+with slurm-steps, the cluster's start and stop).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from aiperf_runner import stagedata
 
 from tests.helpers import REPO
-from tests.slurm.cluster import RUNNER, env_for, finish, queue, read_events, run_tag, start_run, wait_until
+from tests.slurm.cluster import RUNNER, env_for, finish, queue, read_events, run_tag, slurm, start_run, wait_until
 from tests.slurm.test_two_node import pseudonyms
 
 
@@ -81,11 +83,36 @@ def test_each_node_stages_a_checked_copy_and_a_corrupted_one_is_refused(two_node
         assert "Refused" in error and str(stage) not in error  # the path is masked as every error text is
         nodes = _attempt_nodes(read_events(run_dir))
         assert all(nodes[(e["trial"], e["attempt"])] == [n2] for e in refused())
+        assert failures[0]["retry"] is True
+
+        # 3. n2 is excluded: its slot is lost, with the node and the refusal in the log ...
+        def lost() -> list[dict]:
+            return [e for e in read_events(run_dir) if e["type"] == "slot_lost"]
+
+        (slot_lost,) = wait_until(lost, 10, "n2's slot lost", proc)
+        assert slot_lost["node"] == n2 and slot_lost["seq"] > failures[0]["seq"], slot_lost
+        assert "does not match the run's data manifest" in slot_lost["reason"] and f"on node {n2}:" in slot_lost["reason"]
+        assert not re.search(r"\bn[12]\b", slot_lost["reason"]) and str(stage) not in slot_lost["reason"]
+
+        # ... the refused attempt runs again on n1, and so does every trial started since.
+        (n1,) = pseudonyms(run_dir, "n1")
+
+        def on_n1_since() -> list[dict]:
+            started = [e for e in read_events(run_dir) if e["type"] == "trial_started" and e["seq"] > slot_lost["seq"]]
+            return started if len(started) >= 4 else []
+
+        started = wait_until(on_n1_since, 40, "four trials started after n2 was excluded", proc)
+        assert all(e["nodes"] == [n1] for e in started), started
+        retried = (failures[0]["trial"], failures[0]["attempt"] + 1)
+        assert retried in {(e["trial"], e["attempt"]) for e in started}, started
+        # Not the scheduler's whim: the jobs were submitted excluding n2.
+        job = (run_dir / "trials" / retried[0] / f"slurm-{retried[1]}.jobid").read_text().strip()
+        assert "ExcNodeList=n2" in slurm(two_node, "scontrol", "show", "job", job), job
 
         def finished_on_n1_after() -> bool:
             events = read_events(run_dir)
             nodes = _attempt_nodes(events)
-            return any(e["type"] == "trial_finished" and nodes[(e["trial"], e["attempt"])] == list(pseudonyms(run_dir, "n1"))
+            return any(e["type"] == "trial_finished" and nodes[(e["trial"], e["attempt"])] == [n1]
                        for e in events[corrupted_at:])
 
         wait_until(finished_on_n1_after, 30, "a trial finished on n1 after n2's copy was corrupted", proc)
@@ -97,18 +124,23 @@ def test_each_node_stages_a_checked_copy_and_a_corrupted_one_is_refused(two_node
     assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
 
 
+def _steps_run(conf: Path, data: Path, stage: Path, run_dir: Path, duration: str) -> subprocess.CompletedProcess[str]:
+    """A slurm-steps run in a two-node allocation (salloc), staging to `stage`/<node>."""
+    return subprocess.run(["salloc", "--nodes=2", "--time=5", *RUNNER, "run", "--backend", "slurm-steps",
+                           "--preset", "cifar", "--data", str(data), "--stage-data", f"{stage}/%n",
+                           "--duration", duration, "--backend-opt", "probe=false", "--progress", "none",
+                           "--out", str(run_dir), "--trial-module", "tests.runner.fake_trial"],
+                          env=env_for(conf, FAKE_EPOCH_S="0.05"), capture_output=True, text=True, timeout=120,
+                          cwd=str(REPO))
+
+
 def test_slurm_steps_check_each_node_once_per_allocation(two_node: Path, tmp_path: Path) -> None:
     """The controller inside one allocation (salloc), trials as its steps: each node copies and
     checks the data once, however many trials it runs."""
     data = _image_folder(tmp_path / "data")
     stage = tmp_path / "nvme"
     run_dir = tmp_path / "run"
-    proc = subprocess.run(["salloc", "--nodes=2", "--time=5", *RUNNER, "run", "--backend", "slurm-steps",
-                           "--preset", "cifar", "--data", str(data), "--stage-data", f"{stage}/%n",
-                           "--duration", "15s", "--backend-opt", "probe=false", "--progress", "none",
-                           "--out", str(run_dir), "--trial-module", "tests.runner.fake_trial"],
-                          env=env_for(two_node, FAKE_EPOCH_S="0.05"), capture_output=True, text=True, timeout=120,
-                          cwd=str(REPO))
+    proc = _steps_run(two_node, data, stage, run_dir, "15s")
     assert "run finished (duration)" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     digest = json.loads((run_dir / "run.json").read_text())["data_source"]["index_sha256"]
     banners = " ".join(p.read_text() for p in run_dir.glob("trials/*/stdout.log"))
@@ -118,3 +150,29 @@ def test_slurm_steps_check_each_node_once_per_allocation(two_node: Path, tmp_pat
         copy = stage / node / f"aiperf-data-{digest[:16]}"
         assert banners.count(f"data: {copy} (24 files) on {node}") >= 2, banners[-2000:]  # several trials there
         assert sorted(p.name for p in copy.parent.glob(".*.checked-*")) == [f".{copy.name}.checked-job{job[1]}"]
+
+
+def test_slurm_steps_lose_the_slot_of_a_node_whose_copy_is_refused(two_node: Path, tmp_path: Path) -> None:
+    """n2 holds a damaged copy from before: its first trial is refused, its slot lost, and the run
+    goes on with n1 alone, the refused attempt retried there (15 s)."""
+    data = _image_folder(tmp_path / "data")
+    stage = tmp_path / "nvme"
+    index = stagedata.build_index(data, "folder")
+    bad = stage / "n2" / f"aiperf-data-{stagedata.digest(index)[:16]}"
+    stagedata._copy(data, bad, index)
+    (bad / "val" / "class2" / "img1.png").unlink()
+    run_dir = tmp_path / "run"
+    proc = _steps_run(two_node, data, stage, run_dir, "10s")
+    assert "run finished (duration)" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    events = read_events(run_dir)
+    n1, n2 = (pseudonyms(run_dir, n).pop() for n in ("n1", "n2"))
+    (refused,) = [e for e in events if e["type"] == "trial_failed"]
+    assert "missing: val/class2/img1.png" in refused["error"] and refused["retry"] is True
+    (lost,) = [e for e in events if e["type"] == "slot_lost"]
+    assert lost["node"] == n2 and "missing: val/class2/img1.png" in lost["reason"]
+    started = [e for e in events if e["type"] == "trial_started"]
+    assert [e["slot"] for e in started if e["nodes"] == [n2]] == [lost["slot"]]  # its one attempt there
+    after = [e for e in started if e["seq"] > lost["seq"]]
+    assert len(after) >= 2 and all(e["nodes"] == [n1] and e["slot"] != lost["slot"] for e in after), after
+    assert (refused["trial"], refused["attempt"] + 1) in {(e["trial"], e["attempt"]) for e in after}
+    assert any(e["type"] == "trial_finished" for e in events)

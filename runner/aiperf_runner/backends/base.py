@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -139,6 +140,17 @@ class Backend(abc.ABC):
         `trial_dir` is `trials/<id>/` of an attempt the log shows started but never ended. A
         backend records what it needs at launch (the local backend a pid file, SLURM a job id) and
         here kills or cancels it. Returns a short note of what it did, or None.
+        """
+        return None
+
+    def exclude_node(self, node: str, free: Collection[int]) -> set[int] | None:
+        """Place no further attempt on `node` (a trial there refused its staged data: stagedata.py).
+
+        Returns the indices of the slots lost with it: those on the node, or, where the scheduler
+        places jobs, as many as the nodes left cannot hold, chosen among `free` (the slots with no
+        attempt now) first. An empty set: nothing lost (the node was excluded already). None, the
+        default: this backend cannot run without the node (the local backend's one machine), and
+        the run stops.
         """
         return None
 

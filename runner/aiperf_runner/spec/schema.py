@@ -188,7 +188,11 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         trial_field(), attempt_field(),
         Field("reason", _enum("trial_cancelled.reason"), "duration or stop", "(`duration`/`stop`)")),
         "an attempt stopped by the end of the run"),
-    EventType("slot_lost", (MAIN,), (nonneg("slot"), string("reason")), "a slot went away"),
+    EventType("slot_lost", (MAIN,), (
+        nonneg("slot"), string("reason"),
+        Field("node", "type(v) is str", "a string", "(the node the run stopped using, as trial_started names it; "
+                                                    "optional)", required=False)),
+        "a slot went away"),
     EventType("heartbeat", (MAIN,), (
         number("work", "(FLOPs so far, the controller's count)"), nonneg("epochs"),
         Field("best_accuracy", "v is None or ((type(v) is float or type(v) is int) and 0.0 <= v <= 1.0)",

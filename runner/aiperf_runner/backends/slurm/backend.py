@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from .commands import (
 )
 from .launcher import Launcher
 from .placement import Placement, apply_probe, run_probe, usable_nodes
-from .script import job_argv, job_path, render_batch_script
+from .script import exclude_args, job_argv, job_path, render_batch_script
 
 JOB_PREFIX = "aiperf"
 CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
@@ -218,6 +219,8 @@ class SlurmBackend(Backend):
         self._watch = FileWatch(every_s=self.squeue_interval_s)
         self._probe_facts: dict[str, Any] | None = None
         self._placement_notes: dict[str, Any] = {}
+        self._excluded: list[str] = []  # nodes no job of the run may land on any more (exclude_node)
+        self._lost: set[int] = set()  # slots given up for them
 
     # ---- the partition ----
     def partition_nodes(self) -> list[dict[str, Any]]:
@@ -299,7 +302,8 @@ class SlurmBackend(Backend):
         run_dir = Path(os.path.abspath(self.run_dir))
         # sbatch runs in the run directory: the script's path relative to it (a relative --out
         # would otherwise name the script twice over).
-        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}", job_path(script, self.run_dir)],
+        out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}",
+                         *exclude_args(self.extra_sbatch_args, self._excluded), job_path(script, self.run_dir)],
                         env=env, cwd=run_dir, tries=3)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
@@ -309,6 +313,20 @@ class SlurmBackend(Backend):
         self.track(handle)
         self._wait_started(handle)
         return handle
+
+    def exclude_node(self, node: str, free: Collection[int]) -> set[int] | None:
+        """Later jobs get `--exclude` with the node; the slots the nodes left cannot hold (exclusive
+        jobs: one per `nodes_per_slot` of them; shared nodes: all, once a job no longer fits) are
+        lost, free ones first. A job submitted before may still land there (and fail the same way)."""
+        if node in self._excluded:
+            return set()
+        self._excluded.append(node)
+        left = sum(1 for n in self.partition_nodes() if n["usable"] and n["name"] not in self._excluded)
+        active = [s.index for s in self.slots() if s.index not in self._lost]
+        room = left // self.nodes_per_slot if self.exclusive else (len(active) if left >= self.nodes_per_slot else 0)
+        lost = set(sorted(active, key=lambda i: (i not in free, -i))[:max(0, len(active) - room)])
+        self._lost |= lost
+        return lost
 
     def _wait_started(self, handle: SlurmHandle) -> None:
         """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones:

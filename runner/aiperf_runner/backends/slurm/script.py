@@ -9,8 +9,10 @@ directory is published). The job's nodes are written with `python -m aiperf_runn
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 RDZV_PORT_BASE = 29500
@@ -33,6 +35,20 @@ def job_argv(argv: tuple[str, ...] | list[str], run_dir: Path) -> list[str]:
         rel = job_path(arg, run_dir) if os.path.isabs(arg) else arg
         out.append(arg if os.path.isabs(rel) else rel)
     return out
+
+
+def exclude_args(extra_sbatch_args: Sequence[str], excluded: Sequence[str]) -> list[str]:
+    """sbatch's `--exclude` for the nodes the run stopped using (backend.exclude_node), given on
+    the command line (the script names no host) and so overriding an `--exclude` / `-x` of the
+    site's `extra_sbatch_args`: that list is kept in it."""
+    if not excluded:
+        return []
+    site: list[str] = []
+    for arg in extra_sbatch_args:
+        found = re.fullmatch(r"\s*(?:--exclude[=\s]|-x\s*=?)\s*(\S+)\s*", arg)
+        if found:
+            site += found.group(1).split(",")
+    return [f"--exclude={','.join(dict.fromkeys([*site, *excluded]))}"]
 
 
 def drop_option(args: list[str], option: str) -> list[str]:

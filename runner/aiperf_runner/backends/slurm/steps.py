@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
@@ -134,6 +135,7 @@ class SlurmStepsBackend(Backend):
         self._addr: dict[str, str] = {}
         self._live: dict[str, StepHandle] = {}
         self._watch = FileWatch(ended=lambda h: h.poll() is not None)
+        self._lost: set[int] = set()  # slots on nodes the run stopped using (exclude_node)
 
     def slots(self) -> list[Slot]:
         if self._slots is None:
@@ -148,6 +150,12 @@ class SlurmStepsBackend(Backend):
             self._slots = [Slot(index=i, nodes=groups[i % len(groups)], devices_per_node=self.devices_per_node,
                                 device_type="cuda" if self.gpus_per_node else "cpu") for i in range(count)]
         return list(self._slots)
+
+    def exclude_node(self, node: str, free: Collection[int]) -> set[int] | None:
+        """The slots on `node` are lost (the allocation holds no other node to put them on)."""
+        lost = {s.index for s in self.slots() if node in s.nodes} - self._lost
+        self._lost |= lost
+        return lost
 
     def _cpus_per_task(self, slot: Slot) -> int:
         sharing = sum(s.nodes == slot.nodes for s in self.slots())
