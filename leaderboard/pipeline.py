@@ -104,17 +104,25 @@ def _failed(submission_id: int, token: str, exc: BaseException, *, reverify: boo
     """A run stopped by a fault of the service (database restarted, disk full): say why and give the claim back.
 
     The connection may be the casualty (PostgreSQL restarted under it): drop it if unusable, so the
-    release opens a new one. If the database is still away the claim stays, goes stale after
-    AIPERF_CLAIM_TIMEOUT_S and beat's resume_stuck queues the submission again all the same.
+    release opens a new one, for a few seconds while a restarting database comes back. If it stays
+    away the claim stays, goes stale after AIPERF_CLAIM_TIMEOUT_S and beat's resume_stuck queues the
+    submission again all the same.
     """
     error = f"{type(exc).__name__}: {exc}".strip()
     log.error("submission %s: verification failed on a service error, to be retried: %s", submission_id, error)
-    try:
-        connection.close_if_unusable_or_obsolete()
-        release(submission_id, token, reverify=reverify, error=error)
-    except DatabaseError as db_exc:
-        log.error("submission %s: could not release its claim (%s); the sweep takes it over once stale",
-                  submission_id, db_exc)
+    for wait in RELEASE_WAITS_S:
+        time.sleep(wait)
+        try:
+            connection.close_if_unusable_or_obsolete()
+            release(submission_id, token, reverify=reverify, error=error)
+            return
+        except DatabaseError as db_exc:
+            problem = db_exc
+    log.error("submission %s: could not release its claim (%s); the sweep takes it over once stale",
+              submission_id, problem)
+
+
+RELEASE_WAITS_S = (0.0, 1.0, 2.0, 4.0)  # between tries to give a claim back after a database error
 
 
 # ---- the run -----------------------------------------------------------------------------------
