@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +34,29 @@ def tmp_dir() -> Path:
     path = Path(settings.MEDIA_ROOT) / "tmp"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def sweep_tmp(max_age_s: float) -> list[str]:
+    """Remove what MEDIA_ROOT/tmp holds untouched for `max_age_s` seconds: the leftovers of a process killed
+    mid-way (a worker's unpacked bundle, a spooled upload), which nobody else would ever remove. The names
+    removed. Nothing alive is that old: a task never outlives its hard time limit (AIPERF_TMP_MAX_AGE_S)."""
+    root = Path(settings.MEDIA_ROOT) / "tmp"
+    if not root.is_dir():
+        return []
+    cutoff = time.time() - max_age_s
+    removed = []
+    for entry in sorted(root.iterdir()):
+        try:
+            if entry.lstat().st_mtime >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:  # its owner removed it meanwhile
+            continue
+        removed.append(entry.name)
+    return removed
 
 
 def bundle_path(digest: str) -> str:

@@ -9,6 +9,7 @@ pipeline; a refusal is a `leaderboard.errors.Rejected`.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -85,8 +86,27 @@ def _spool(upload: UploadedFile, dest: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def no_space(exc: OSError) -> Rejected:
+    return Rejected("storage", f"the service has no room to store the bundle ({exc.strerror}); nothing was kept: "
+                               "try again later", status=507)
+
+
 def receive(site: Site, upload: UploadedFile) -> Received:
-    """Check and store an uploaded bundle; queue its verification once the row is committed."""
+    """Check and store an uploaded bundle; queue its verification once the row is committed.
+
+    A full disk under MEDIA_ROOT refuses the upload (507, check `storage`) with nothing kept: the
+    temporary file is removed and no row was written (the move happens inside the transaction).
+    """
+    try:
+        return _receive(site, upload)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            log.error("upload refused: no space under MEDIA_ROOT: %s", exc)
+            raise no_space(exc) from None
+        raise
+
+
+def _receive(site: Site, upload: UploadedFile) -> Received:
     if upload.size is not None and upload.size > settings.AIPERF_MAX_UPLOAD_BYTES:
         raise too_large(upload.size)
     fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar.gz", dir=bundles.tmp_dir())

@@ -233,6 +233,10 @@ class Submission(models.Model):
     claim_token = models.CharField(max_length=32, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # Why the last attempt stopped on a fault of the service (database, disk), not of the bundle; cleared
+    # when an attempt ends. beat's resume_stuck retries the submission (leaderboard/tasks.py).
+    error = models.TextField(blank=True, default="", help_text="the service-side error that stopped the last "
+                                                               "verification attempt; the service retries it")
 
     class Meta:
         ordering = ["-created_at"]

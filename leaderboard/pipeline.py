@@ -38,7 +38,7 @@ from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
 from aiperf_runner.spec.verify import verify
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, ProtectedError, Q
 from django.utils import timezone
 
@@ -93,10 +93,36 @@ def claim(submission_id: int, *, reverify: bool = False) -> str | None:
     return token if won else None
 
 
-def release(submission_id: int, token: str, *, reverify: bool = False) -> None:
-    """Give a claim back after an unexpected error, so that a retry may claim it at once."""
+def release(submission_id: int, token: str, *, reverify: bool = False, error: str = "") -> None:
+    """Give a claim back after an unexpected error (`error`: what it was), so that a retry may claim it at once."""
     updates = {} if reverify else {"status": S.RECEIVED}
-    Submission.objects.filter(pk=submission_id, claim_token=token).update(claim_token="", claimed_at=None, **updates)
+    Submission.objects.filter(pk=submission_id, claim_token=token).update(
+        claim_token="", claimed_at=None, error=error[:2000], **updates)
+
+
+def _failed(submission_id: int, token: str, exc: BaseException, *, reverify: bool) -> None:
+    """A run stopped by a fault of the service (database restarted, disk full): say why and give the claim back.
+
+    The connection may be the casualty (PostgreSQL restarted under it): drop it if unusable, so the
+    release opens a new one, for a few seconds while a restarting database comes back. If it stays
+    away the claim stays, goes stale after AIPERF_CLAIM_TIMEOUT_S and beat's resume_stuck queues the
+    submission again all the same.
+    """
+    error = f"{type(exc).__name__}: {exc}".strip()
+    log.error("submission %s: verification failed on a service error, to be retried: %s", submission_id, error)
+    for wait in RELEASE_WAITS_S:
+        time.sleep(wait)
+        try:
+            connection.close_if_unusable_or_obsolete()
+            release(submission_id, token, reverify=reverify, error=error)
+            return
+        except DatabaseError as db_exc:
+            problem = db_exc
+    log.error("submission %s: could not release its claim (%s); the sweep takes it over once stale",
+              submission_id, problem)
+
+
+RELEASE_WAITS_S = (0.0, 1.0, 2.0, 4.0)  # between tries to give a claim back after a database error
 
 
 # ---- the run -----------------------------------------------------------------------------------
@@ -124,7 +150,10 @@ def run(submission_id: int, *, reverify: bool = False) -> Outcome:
     except ClaimLost:
         log.warning("submission %s: claim lost to another worker; discarding this run", submission_id)
         return Outcome("skipped", submission_id)
-    except BaseException:
+    except Exception as exc:
+        _failed(submission_id, token, exc, reverify=reverify)
+        raise
+    except BaseException:  # the worker shutting down (SystemExit, KeyboardInterrupt): no fault to report
         release(submission_id, token, reverify=reverify)
         raise
 
@@ -362,8 +391,9 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.verified_at = now
         current.claim_token = ""
         current.claimed_at = None
+        current.error = ""
         current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at",
-                                    "challenge", "challenged_at"])
+                                    "challenge", "challenged_at", "error"])
         ranking.rerank()
 
 
@@ -387,7 +417,9 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
         current.bundle = ""
         current.claim_token = ""
         current.claimed_at = None
-        current.save(update_fields=["status", "reasons", "bundle", "claim_token", "claimed_at", "updated_at"])
+        current.error = ""
+        current.save(update_fields=["status", "reasons", "bundle", "claim_token", "claimed_at", "updated_at",
+                                    "error"])
         if name:
             storage = current.bundle.storage
             transaction.on_commit(lambda: storage.delete(name))
@@ -439,6 +471,8 @@ def stuck():
     One that failed MAX_ATTEMPTS times (an error in the service, not in the bundle: those are
     rejections) is left for an admin to look at and re-verify.
     """
-    stale = timezone.now() - timedelta(seconds=settings.AIPERF_CLAIM_TIMEOUT_S)
-    return Submission.objects.filter(Q(status=S.RECEIVED, created_at__lt=timezone.now() - timedelta(minutes=5))
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.AIPERF_CLAIM_TIMEOUT_S)
+    waited = now - timedelta(seconds=settings.AIPERF_RESUME_RECEIVED_AFTER_S)
+    return Submission.objects.filter(Q(status=S.RECEIVED, created_at__lt=waited)
                                      | Q(status=S.VERIFYING, claimed_at__lt=stale)).filter(attempts__lt=MAX_ATTEMPTS)

@@ -50,6 +50,7 @@ def copy_inputs() -> dict[str, int]:
             for sub in rows:
                 sub.status, sub.reasons, sub.verified_at = Submission.Status.RECEIVED, [], None
                 sub.challenge, sub.challenged_at, sub.claim_token, sub.claimed_at, sub.attempts = [], None, "", None, 0
+                sub.error = ""
         model.objects.bulk_create(rows, batch_size=1000)
         counts[model.__name__] = len(rows)
     # Rows were inserted with their ids: move PostgreSQL's sequences past them for the pipeline's own rows.

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from leaderboard import audit, pipeline
+from leaderboard import audit, bundles, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,14 @@ def reverify_stale() -> int:
 
 @shared_task
 def resume_stuck() -> int:
-    """Queue verification of submissions that no live task is working on (e.g. a lost message)."""
+    """Queue verification of submissions that no live task is working on (e.g. a lost message), and remove
+    the scratch files of workers killed mid-way."""
     ids = list(pipeline.stuck().values_list("pk", flat=True))
     for pk in ids:
         verify_submission.delay(pk)
+    removed = bundles.sweep_tmp(settings.AIPERF_TMP_MAX_AGE_S)
+    if removed:
+        log.warning("removed %d leftovers of killed workers from MEDIA_ROOT/tmp: %s", len(removed), removed)
     return len(ids)
 
 

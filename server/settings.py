@@ -191,6 +191,12 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=270
 # A "verifying" claim older than this belongs to a dead worker and may be taken over: no task
 # outlives the hard time limit, so the default is that limit and a minute.
 AIPERF_CLAIM_TIMEOUT_S = env.float("AIPERF_CLAIM_TIMEOUT_S", default=CELERY_TASK_TIME_LIMIT + 60.0)
+# beat's resume_stuck re-queues a submission still `received` this many seconds after its upload (its
+# message was lost, e.g. with a Redis restart, or its last attempt failed on a service error).
+AIPERF_RESUME_RECEIVED_AFTER_S = env.float("AIPERF_RESUME_RECEIVED_AFTER_S", default=300.0)
+# resume_stuck also removes what MEDIA_ROOT/tmp held untouched this long (a killed worker's unpacked bundle):
+# longer than any task may live.
+AIPERF_TMP_MAX_AGE_S = env.float("AIPERF_TMP_MAX_AGE_S", default=CELERY_TASK_TIME_LIMIT + 3600.0)
 # Redis redelivers a message whose worker died without acknowledging it after this many seconds.
 # (The sweep that restores such messages runs every interval x throttle seconds.)
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -228,7 +228,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Submission
         fields = ["id", "status", "site", "run_id", "sha256", "size", "created_at", "verified_at", "reasons",
-                  "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
+                  "error", "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
                   "challenge", "challenged_at", "evidence", "audit", "audit_note"]
         read_only_fields = ["challenge", "challenged_at"]
 

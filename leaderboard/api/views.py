@@ -240,7 +240,7 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         request=s.SubmissionUploadSerializer,
         responses={201: s.SubmissionSerializer, 200: OpenApiResponse(s.SubmissionSerializer, "the same bundle "
                    "was uploaded before: the existing submission"), 400: CheckError, 403: CheckError,
-                   413: CheckError, 429: CheckError},
+                   413: CheckError, 429: CheckError, 507: CheckError},
     )
     def create(self, request, *args, **kwargs):
         limit = settings.AIPERF_MAX_UPLOAD_BYTES

@@ -60,17 +60,21 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, workdir: Path) -> None:
+    """`pg_url`/`redis_url`: the servers to use (the shared ones by default; the fault tests pass private ones)."""
+
+    def __init__(self, workdir: Path, *, pg_url: str = PG_URL, redis_url: str = REDIS_URL) -> None:
         self.workdir = workdir
+        self.pg_url = pg_url
+        self.redis_url = redis_url
         self.name = f"aiperf_e2e_{uuid.uuid4().hex[:10]}"
-        base, _, _ = PG_URL.rpartition("/")
+        base, _, _ = pg_url.rpartition("/")
         self.database_url = f"{base}/{self.name}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
-            "CELERY_BROKER_URL": REDIS_URL,
+            "CELERY_BROKER_URL": redis_url,
             "AIPERF_CELERY_QUEUE": self.name,
             "AIPERF_AUDIT_QUEUE": f"{self.name}-audit",
             "DEBUG": "1",
@@ -89,12 +93,14 @@ class Stack:
         self.logs: dict[str, Path] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> Stack:
+    def start(self, *, template: str | None = None) -> Stack:
+        """Create the database (a copy of the database `template`, already migrated, if given) and start gunicorn."""
         import psycopg
 
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.name}"')
-        self.manage("migrate", "--noinput")
+        with psycopg.connect(self.pg_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        if template is None:
+            self.manage("migrate", "--noinput")
         self.spawn("web", [str(BIN / "gunicorn"), "server.wsgi:application", "--bind", f"127.0.0.1:{self.port}",
                            "--workers", "2", "--timeout", "120"])
         self.wait_ready()
@@ -107,9 +113,9 @@ class Stack:
             import psycopg
             import redis
 
-            with psycopg.connect(PG_URL, autocommit=True) as conn:
+            with psycopg.connect(self.pg_url, autocommit=True, connect_timeout=5) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-            redis.Redis.from_url(REDIS_URL).delete(self.name, f"{self.name}-audit")
+            redis.Redis.from_url(self.redis_url, socket_connect_timeout=5).delete(self.name, f"{self.name}-audit")
         except Exception:  # noqa: BLE001 - cleanup is best effort
             pass
 
@@ -144,16 +150,27 @@ class Stack:
         program = [str(BIN / "celery"), "-A", "server", "worker"]
         if verify_delay_s is not None:
             program = [sys.executable, "-m", "tests.service.slow_worker", str(verify_delay_s)]
-        proc = self.spawn(name, [*program, "-Q", queue or self.name, "--concurrency", "1", "--pool", "prefork",
+        self.spawn(name, [*program, "-Q", queue or self.name, "--concurrency", "1", "--pool", "prefork",
                                  "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO"])
-        deadline = time.monotonic() + 60
+        return self._started(name, b" ready.")
+
+    def start_beat(self, name: str = "beat") -> subprocess.Popen:
+        """Celery beat with this stack's schedule (server/settings.py; AIPERF_*_EVERY_S in its environment)."""
+        self.spawn(name, [str(BIN / "celery"), "-A", "server", "beat", "-l", "INFO",
+                                 "-s", str(self.workdir / f"{name}-schedule"), "--pidfile", ""])
+        return self._started(name, b"beat: Starting")
+
+    def _started(self, name: str, marker: bytes, timeout: float = 60) -> subprocess.Popen:
+        """The process `name` once its log shows `marker`."""
+        proc = self.procs[name]
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"worker exited: {self.log(name)}")
-            if b" ready." in self.logs[name].read_bytes():
+                raise RuntimeError(f"{name} exited: {self.log(name)}")
+            if marker in self.logs[name].read_bytes():
                 return proc
             time.sleep(0.2)
-        raise RuntimeError(f"worker not ready after 60 s: {self.log(name)}")
+        raise RuntimeError(f"{name} not started after {timeout} s: {self.log(name)}")
 
     def log(self, name: str) -> str:
         path = self.logs.get(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -71,9 +73,30 @@ def test_crash_before_the_final_transaction_leaves_no_rows_and_can_be_rerun(rece
     assert Result.objects.count() == 0  # the transaction rolled back
     received.refresh_from_db()
     assert received.status == "received" and received.claim_token == ""  # released for a retry
+    assert received.error == "RuntimeError: worker crashed"  # and says why
     monkeypatch.undo()
     assert pipeline.run(received.pk).status == "verified"
     assert Result.objects.count() == 1
+    received.refresh_from_db()
+    assert received.error == ""
+
+
+def test_resume_stuck_removes_what_killed_workers_left(received, media_root, settings):
+    from leaderboard.tasks import resume_stuck
+
+    settings.AIPERF_TMP_MAX_AGE_S = 3600
+    tmp = media_root / "tmp"
+    old_dir, old_file, fresh = tmp / "extract-old", tmp / "upload-old.tar.gz", tmp / "extract-fresh"
+    (old_dir / "run").mkdir(parents=True)
+    (old_dir / "run" / "events.jsonl").write_text("{}\n")
+    old_file.write_bytes(b"x")
+    fresh.mkdir()
+    two_hours_ago = time.time() - 7200
+    for path in (old_dir, old_file):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    resume_stuck.delay().get()
+    assert sorted(p.name for p in tmp.iterdir()) == ["extract-fresh"]
+    assert Submission.objects.get(pk=received.pk).bundle.name  # stored bundles are not scratch
 
 
 def test_reverify_updates_the_one_result(received, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import fnmatch
 import hashlib
 import json
@@ -362,6 +363,16 @@ def _member_kind(member: tarfile.TarInfo) -> str | None:
     return f"of unsupported type {member.type!r}"
 
 
+# A full disk (or quota) under the extraction target is the extractor's fault, not the bundle's: it is raised
+# as the OSError it is, so that a service retries later instead of rejecting the bundle.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _unless_no_space(exc: OSError) -> None:
+    if exc.errno in NO_SPACE:
+        raise exc
+
+
 def safe_extract(bundle: str | Path, dest: str | Path, *, max_total_bytes: int = MAX_TOTAL_BYTES,
                  max_file_bytes: int = MAX_FILE_BYTES, max_members: int = MAX_MEMBERS) -> list[str]:
     """Unpack an untrusted bundle into `dest` (absent or empty); return the files' relative paths.
@@ -369,7 +380,8 @@ def safe_extract(bundle: str | Path, dest: str | Path, *, max_total_bytes: int =
     Refuses, with a BundleError naming the member: absolute paths, `..`, symlinks, hard links,
     device files, FIFOs, duplicate names, a file over `max_file_bytes`, more than
     `max_total_bytes` in all or more than `max_members` members, and input that is not a readable
-    (optionally gzip/bz2/xz-compressed) tar. On error nothing is left in `dest`.
+    (optionally gzip/bz2/xz-compressed) tar. On error nothing is left in `dest`. A full disk under
+    `dest` (ENOSPC, EDQUOT) is raised as its OSError: not the bundle's fault.
     The archive is read as a stream, one member at a time.
     """
     dest = Path(dest)
@@ -438,17 +450,22 @@ def _extract(bundle: Path, dest: Path, max_total: int, max_file: int, max_member
                 except (FileExistsError, NotADirectoryError, IsADirectoryError):
                     raise BundleError(f"member {name!r} clashes with another member's path") from None
                 except OSError as exc:
+                    _unless_no_space(exc)
                     raise BundleError(f"cannot write {target}: {exc.strerror}") from None
                 with out:
                     while chunk := src.read(CHUNK):  # a read error here is a corrupt bundle
                         try:
                             out.write(chunk)
                         except OSError as exc:
+                            _unless_no_space(exc)
                             raise BundleError(f"cannot write {target}: {exc.strerror}") from None
                 files.append(key)
     except BundleError:
         raise
-    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, TypeError, ValueError) as exc:
+    except OSError as exc:
+        _unless_no_space(exc)  # e.g. a small file's buffered bytes written when it is closed
+        raise BundleError(f"{bundle} is not a valid tar bundle or is corrupt ({type(exc).__name__}: {exc})") from None
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, TypeError, ValueError) as exc:
         # tarfile's stream reader answers some corrupt input with bare TypeErrors and ValueErrors (a gzip
         # header cut after 3 bytes: `ord('')`, found by tests/fuzz/test_bundles.py): a corrupt bundle all the same.
         raise BundleError(f"{bundle} is not a valid tar bundle or is corrupt ({type(exc).__name__}: {exc})") from None
