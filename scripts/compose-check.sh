@@ -84,12 +84,16 @@ phase "building $POSTGRES_IMAGE, $REDIS_IMAGE and $AIPERF_IMAGE side by side (lo
 ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
 [ -f "$ca" ] && cp "$ca" docker/ca/ca-bundle.crt
 declare -A builds
-docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$POSTGRES_IMAGE" docker/postgres >"$work/postgres.log" 2>&1 &
-builds[postgres]=$!
-docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$REDIS_IMAGE" docker/redis >"$work/redis.log" 2>&1 &
-builds[redis]=$!
-"${compose[@]}" build migrate >"$work/service.log" 2>&1 &  # the service image, as the compose file builds it
-builds[service]=$!
+# timed NAME COMMAND...: COMMAND in the background, its output in $work/NAME.log, its time printed.
+timed() {
+    local name=$1
+    shift
+    { local t0=$SECONDS; "$@" >"$work/$name.log" 2>&1 && say "  $name image built in $((SECONDS - t0)) s"; } &
+    builds[$name]=$!
+}
+timed postgres docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$POSTGRES_IMAGE" docker/postgres
+timed redis docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$REDIS_IMAGE" docker/redis
+timed service "${compose[@]}" build migrate  # the service image, as the compose file builds it
 for name in postgres redis service; do
     if ! wait "${builds[$name]}"; then
         echo "compose-check: the $name image did not build:" >&2
