@@ -46,6 +46,7 @@ url=http://127.0.0.1:$AIPERF_PORT
 
 work=$(mktemp -d /tmp/aiperf-compose-check.XXXXXX)
 dockerd_ours=0
+declare -A builds=()
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
@@ -53,6 +54,10 @@ cleanup() {
         echo "compose-check: FAILED (exit status $rc); the stack's last log lines:" >&2
         "${compose[@]}" logs --no-color --tail 40 >&2 2>/dev/null || true
     fi
+    # Builds still running (another one failed, or a signal): each in its own process group, so that
+    # docker-compose's `docker build` goes too. An interrupted build may leave untagged layers (cache).
+    local pid
+    for pid in "${builds[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
     rm -f docker/ca/ca-bundle.crt
     if [ "${COMPOSE_CHECK_KEEP:-0}" = 1 ]; then
         say "COMPOSE_CHECK_KEEP=1: the stack ($COMPOSE_PROJECT_NAME, $url) and the images are left; scratch in $work"
@@ -83,12 +88,13 @@ scripts/docker-base.sh start
 phase "building $POSTGRES_IMAGE, $REDIS_IMAGE and $AIPERF_IMAGE side by side (logs in $work)"
 ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
 [ -f "$ca" ] && cp "$ca" docker/ca/ca-bundle.crt
-declare -A builds
-# timed NAME COMMAND...: COMMAND in the background, its output in $work/NAME.log, its time printed.
+# timed NAME COMMAND...: COMMAND in the background in a process group of its own (its id is the
+# job's pid), its output in $work/NAME.log, its time printed.
 timed() {
     local name=$1
     shift
-    { local t0=$SECONDS; "$@" >"$work/$name.log" 2>&1 && say "  $name image built in $((SECONDS - t0)) s"; } &
+    setsid bash -c 't0=$SECONDS; "${@:2}" >"$1" 2>&1 || exit; printf "==> %s image built in %d s\n" "$0" $((SECONDS - t0))' \
+        "$name" "$work/$name.log" "$@" &
     builds[$name]=$!
 }
 timed postgres docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$POSTGRES_IMAGE" docker/postgres
