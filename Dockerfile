@@ -1,27 +1,34 @@
 # One image for the web server, the Celery worker and beat (docker-compose.yml picks the command).
 # The service needs no torch: the runner is installed without its [train] extra. The audit worker
 # re-evaluates challenged weights with torch: build it with --build-arg RUNNER_EXTRAS=[train].
-FROM python:3.11-slim-bookworm
+# BASE_IMAGE: any Debian bookworm image with python3 and python3-venv; the official one by default,
+# aiperf-base:bookworm (scripts/docker-base.sh) where no registry image can be pulled.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    DJANGO_SETTINGS_MODULE=server.settings
+    DJANGO_SETTINGS_MODULE=server.settings \
+    PATH=/opt/venv/bin:$PATH
 
 WORKDIR /app
 
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends curl \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --create-home --uid 1000 aiperf
+# A virtual environment: Debian's own python3 refuses system-wide pip installs (PEP 668), and the
+# official image's python works the same way in one. No curl: the health checks use python.
+RUN python3 -m venv /opt/venv && useradd --create-home --uid 1000 aiperf
 
+# docker/ca/: a CA bundle for pip behind a TLS-inspecting proxy (docker/ca/README); empty otherwise.
+COPY docker/ca/ /tmp/build-ca/
 COPY requirements.txt ./
-RUN pip install -r requirements.txt
+RUN if [ -f /tmp/build-ca/ca-bundle.crt ]; then export PIP_CERT=/tmp/build-ca/ca-bundle.crt; fi \
+    && pip install -r requirements.txt
 
 ARG RUNNER_EXTRAS=""
 COPY runner/ runner/
-RUN pip install "./runner${RUNNER_EXTRAS}"
+RUN if [ -f /tmp/build-ca/ca-bundle.crt ]; then export PIP_CERT=/tmp/build-ca/ca-bundle.crt; fi \
+    && pip install "./runner${RUNNER_EXTRAS}" && rm -rf /tmp/build-ca
 
 COPY manage.py ./
 COPY server/ server/
