@@ -253,6 +253,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # OpenAPI links between the operations (create -> read, list -> item), for clients and schemathesis.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "leaderboard.api.links.add_links"],
     "ENUM_NAME_OVERRIDES": {
         "SubmissionStatusEnum": "leaderboard.models.Submission.Status",
         "DivisionEnum": "leaderboard.models.Division",

@@ -9,9 +9,17 @@ not_a_server_error and response_schema_conformance, plus the database compared b
 - with site B's token (every phase: examples, coverage, fuzzing, stateful where the schema's links
   allow): the same, and nothing of site A's (keys, systems, runs, submissions, results) changed.
 
-Then site B tries each of site A's objects by id. The number of cases each run made is printed and
-written to test-artifacts/schemathesis-*.txt. About 60 s with the stack on 2 idle cores (the coverage
-phase, ~1,800 cases, is most of it).
+Then site B tries each of site A's objects by id.
+
+Last, schemathesis' stateful testing in-process (tests/service/stateful.py): AIPERF_STATEFUL_SCENARIOS
+(20) scenarios of at most AIPERF_STATEFUL_STEPS (15) requests chained along the schema's OpenAPI links
+(leaderboard/api/links.py: create a system -> read it -> ask a run token for it -> send a heartbeat;
+list -> item; a key -> revoke it), once without a token (every write refused, the database unchanged)
+and once with site D's token (every object a write answers is D's; site A's rows unchanged).
+
+The number of cases, scenarios and steps of each run is printed (pytest -s) and written to
+test-artifacts/schemathesis-*.txt. About 3-4 min with the stack on 2 shared cores (the coverage
+phase, ~1,800 cases, and the stateful run with a token, ~500 steps, are most of it).
 """
 
 from __future__ import annotations
@@ -28,11 +36,14 @@ from aiperf_runner.spec import witness as spec_witness
 from devdata.runfactory import make_run
 from tests.helpers import REPO
 from tests.service.stack import BIN, Stack, witnessed_stack
+from tests.service.stateful import Counts, run_stateful
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("AIPERF_FUZZ_EXAMPLES", "6"))  # per operation and phase
 SEED = os.environ.get("AIPERF_FUZZ_SEED", "15")
+SCENARIOS = int(os.environ.get("AIPERF_STATEFUL_SCENARIOS", "20"))  # per stateful run
+STEPS = int(os.environ.get("AIPERF_STATEFUL_STEPS", "15"))  # at most, per scenario
 ARTIFACTS = REPO / "test-artifacts"
 TABLES = [f"leaderboard_{m}" for m in ("site", "sitekey", "system", "acceleratorpeak", "witnesskey", "runattempt",
                                         "heartbeat", "submission", "result", "evidence", "epochfingerprint",
@@ -143,4 +154,58 @@ def test_a_site_cannot_reach_another_sites_objects(stack, site_a):
     assert run.status_code == 404 and run.json()["check"] == "system"
     a_key = stack.sql("SELECT public_key FROM leaderboard_sitekey WHERE id = %s", site_a["key"])[0][0]
     assert post(stack, "/api/v1/keys/", token_b, json={"public_key": a_key}).status_code == 409
+    assert snapshot(stack, site_a["site"]) == before
+
+
+def refuses_writes(ctx, response, case) -> None:
+    """Without a token every write is refused (schemathesis check)."""
+    if case.method.upper() != "GET" and response.status_code < 400:
+        raise AssertionError(f"{case.method} {case.formatted_path} answered {response.status_code} without a token")
+
+
+def own_objects_only(site: int):
+    """A write that succeeds answers an object of the writing site, never another's (schemathesis check)."""
+    def check(ctx, response, case) -> None:
+        if case.method.upper() == "GET" or response.status_code >= 300:
+            return
+        try:
+            body = response.json()
+        except ValueError:  # ?format=csv: the same object as CSV, with no site id to compare
+            return
+        owner = body.get("site") if isinstance(body, dict) else None
+        if isinstance(owner, dict) and owner.get("id") != site:
+            raise AssertionError(f"{case.method} {case.formatted_path} answered {response.status_code} with an object "
+                                 f"of site {owner.get('id')}, not of the writing site {site}")
+    return check
+
+
+def stateful(stack: Stack, name: str, headers: dict[str, str], checks: list) -> Counts:
+    counts = run_stateful(f"{stack.url}/api/schema/", headers, scenarios=SCENARIOS, steps=STEPS, checks=checks)
+    ARTIFACTS.mkdir(exist_ok=True)
+    lines = [counts.summary(name), *(f"  {k}: {n}" for k, n in sorted(counts.statuses.items())),
+             *(f"  link {k}: {n}" for k, n in sorted(counts.links.items()))]
+    (ARTIFACTS / f"schemathesis-stateful-{name}.txt").write_text("\n".join(lines) + "\n")
+    print(lines[0], file=sys.stderr)
+    return counts
+
+
+def test_stateful_without_a_token_changes_nothing(stack, site_a):
+    before = snapshot(stack)
+    counts = stateful(stack, "anonymous", {}, [refuses_writes])
+    assert counts.scenarios >= SCENARIOS and counts.steps > SCENARIOS
+    assert sum(counts.links.values()) > 0, counts.statuses  # list -> item links at least
+    assert snapshot(stack) == before
+
+
+def test_stateful_with_a_token_touches_no_other_site(stack, site_a):
+    token_b, _ = stack.new_site("Fuzz Delta", "ES")
+    site_b = stack.sql("SELECT id FROM leaderboard_site WHERE name = %s", "Fuzz Delta")[0][0]
+    before = snapshot(stack, site_a["site"])
+    counts = stateful(stack, "site-token", {"Authorization": f"Token {token_b}"}, [own_objects_only(site_b)])
+    assert counts.scenarios >= SCENARIOS and counts.steps > SCENARIOS
+    # The chain the links describe was walked: a system created, read back, a run token asked for it.
+    followed = {name.split("] ")[-1].split(" -> ")[0]: n for name, n in counts.links.items()
+                if name.startswith("POST /api/v1/systems/ -> [201]")}
+    assert followed.get("GetSystem") and followed.get("RequestRunToken"), counts.links
+    assert counts.statuses["POST /api/v1/runs/ 201"] > 0, counts.statuses
     assert snapshot(stack, site_a["site"]) == before

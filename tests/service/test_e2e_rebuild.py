@@ -28,6 +28,19 @@ def rebuild(stack: Stack, *args: str) -> subprocess.CompletedProcess:
                           env=stack.env, capture_output=True, text=True, timeout=300)
 
 
+def rebuilt_without_differences(stack: Stack) -> dict:
+    """`aiperf_rebuild --check --json` over every stored bundle (the end-to-end tests' own results, run
+    after them): zero differences, and each stored bundle re-verified. Returns the report (printed)."""
+    with_bundle = stack.sql("SELECT count(*) FROM leaderboard_submission WHERE bundle <> ''")[0][0]
+    out = rebuild(stack, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    print(f"aiperf_rebuild --check: {report['reverified']} re-verified ({with_bundle} stored bundles), "
+          f"{report['compared']} compared, {len(report['differ'])} differ", file=sys.stderr)
+    assert report["differ"] == [] and report["reverified"] == with_bundle, report
+    return report
+
+
 def scratch_databases(stack: Stack) -> list[str]:
     return [r[0] for r in stack.sql("SELECT datname FROM pg_database WHERE datname LIKE 'aiperf_rebuild_%%'")]
 

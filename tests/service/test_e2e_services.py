@@ -14,6 +14,7 @@ import pytest
 
 from devdata.runfactory import make_run
 from tests.service.stack import BIN, Stack, require_services
+from tests.service.test_e2e_rebuild import rebuilt_without_differences
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -147,3 +148,9 @@ def test_real_smoke_runs_from_two_sites(worker, tmp_path):
     ordered = sorted(board, key=lambda e: (e["division"], -e["score_ops"]))
     assert [e["id"] for e in board] == [e["id"] for e in ordered]
     assert all(a["rank"] <= b["rank"] for a, b in zip(board, board[1:], strict=False) if a["division"] == b["division"])
+
+
+def test_every_result_rebuilds_from_its_bundle(stack):
+    """`manage.py aiperf_rebuild --check` over what the tests above stored (the two sites, the worker killed
+    mid-verification, the real smoke runs): each rebuilt from its bundle with zero differences."""
+    assert rebuilt_without_differences(stack)["compared"] >= 5

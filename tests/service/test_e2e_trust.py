@@ -30,6 +30,7 @@ from aiperf_runner.spec import bundle, keys, witness
 from devdata.runfactory import rewrite_events
 from tests.forgeries import FORGERIES, Forgery
 from tests.service.stack import BIN, Stack, require_services
+from tests.service.test_e2e_rebuild import rebuilt_without_differences
 from tests.verify.test_witness import append, lines
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -428,3 +429,10 @@ def test_heartbeats_need_the_site_key(stack, runs):
                    json={"statement": statement, "signature": forged}, timeout=30)
     assert r.status_code == 403 and r.json()["check"] == "signature"
 
+
+
+def test_every_stored_bundle_rebuilds_the_same(stack, honest_submitted):
+    """Last in the file (so after the others): `aiperf_rebuild --check` over what this file stored, the
+    witnessed runs, the killed and resumed one, the outage's and the forgeries' (accepted or refused), with
+    the service's receipts and rules: zero differences."""
+    assert rebuilt_without_differences(stack)["compared"] >= 2

@@ -31,6 +31,28 @@ def test_schema_and_docs_served(client, db):
     assert "cdn" not in html.lower()
 
 
+def test_schema_links_chain_creates_to_reads(client, db):
+    """The OpenAPI links (leaderboard/api/links.py) that schemathesis' stateful phase follows: each is
+    in the served schema, names an existing operation, and schemathesis turns every one into a transition."""
+    import schemathesis
+
+    from leaderboard.api.links import LINKS
+
+    served = client.get("/api/schema/?format=json").json()
+    ops = {op["operationId"]: op for item in served["paths"].values() for op in item.values() if "operationId" in op}
+    created = ops["v1_systems_create"]["responses"]["201"]["links"]
+    assert created["GetSystem"] == {"operationId": "v1_systems_retrieve", "parameters": {"path.id": "$response.body#/id"}}
+    assert created["RequestRunToken"]["requestBody"] == {"system": "$response.body#/id"}
+    assert ops["v1_runs_create"]["responses"]["201"]["links"]["GetReceipts"]["operationId"] == "v1_runs_receipts_list"
+    assert set(ops["v1_submissions_create"]["responses"]["201"]["links"]) == {"GetSubmission", "UploadEvidence"}
+    declared = sum(len(links) for by_status in LINKS.values() for links in by_status.values())
+    assert sum(len(r.get("links", {})) for op in ops.values() for r in op["responses"].values()) == declared
+    machine = schemathesis.openapi.from_dict(served).as_state_machine()  # raises on a link it cannot follow
+    explicit = {link.full_name for t in machine._transitions.operations.values() for link in t.outgoing
+                if not link.is_inferred}
+    assert len(explicit) == declared, sorted(explicit)
+
+
 def test_docker_compose_services():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]

@@ -5,7 +5,9 @@ the served schema through Django's WSGI app: about 3 s.
 - a site's blank `url` matched both branches of the schema's `oneOf` (it is a plain string now);
 - DRF's own errors (an unknown `?format=`, a missing object, a refused form) came without the
   `check` the documented error answers require;
-- /api/v1/witness/ answers null fingerprints before a witness key exists.
+- /api/v1/witness/ answers null fingerprints before a witness key exists;
+- a run's receipts were documented as a page (with page, page_size, ordering) that the view never gave,
+  and without their 404 (seen in the stateful run along the schema's links).
 """
 
 from __future__ import annotations
@@ -67,3 +69,28 @@ def test_witness_without_a_key_is_valid(schema, settings, tmp_path):
     settings.AIPERF_WITNESS_KEY_FILE = tmp_path / "none.pem"
     answer = call(schema, "/api/v1/witness/", "GET")
     assert answer.json()["fingerprint"] is None
+
+
+def test_receipts_are_a_plain_list(schema):
+    from django.utils import timezone
+
+    from leaderboard.models import Heartbeat, RunAttempt, System
+
+    a, b = new_site("Receipts site"), new_site("Other site")
+    system = System.objects.create(site=a.site, name="box", accelerator_model="cpu", registered=True)
+    attempt = RunAttempt.objects.create(run_id="ab" * 16, site=a.site, system=system, statement={},
+                                        signature="AA==", issued_at=timezone.now(), heartbeat_interval_s=60)
+    for seq in (1, 0):
+        Heartbeat.objects.create(attempt=attempt, heartbeat_seq=seq, head="0" * 64, received_at=1.0 + seq,
+                                 beacon="0" * 64, key="k", signature="AA==")
+    operation = schema["/api/v1/runs/{run_id}/receipts/"]["GET"]
+    assert {p.name for p in operation.query} == {"format"}  # no page, page_size, ordering
+    path = {"run_id": attempt.run_id}
+    mine = call(schema, "/api/v1/runs/{run_id}/receipts/", "GET", path_parameters=path,
+                headers={"Authorization": f"Token {a.token}"}, query={"page_size": "1", "ordering": "-head"})
+    assert [r["heartbeat_seq"] for r in mine.json()] == [0, 1]  # every receipt, in order, whatever the query
+    served = schema.raw_schema["paths"]["/api/v1/runs/{run_id}/receipts/"]["get"]["responses"]
+    assert served["200"]["content"]["application/json"]["schema"]["type"] == "array"
+    other = call(schema, "/api/v1/runs/{run_id}/receipts/", "GET", path_parameters=path,
+                 headers={"Authorization": f"Token {b.token}"})
+    assert other.status_code == 404 and other.json()["check"] == "run"  # documented now, and valid
