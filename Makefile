@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 WHEELHOUSE ?= build/wheelhouse
 
-.PHONY: venv install demo test bench lint clean wheelhouse
+.PHONY: venv install demo test bench lint clean wheelhouse runner-image
 
 $(STAMP): requirements.txt requirements-dev.txt runner/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,14 @@ lint: $(STAMP)
 # another machine; TORCH_INDEX: torch for the site's CUDA). See docs/running.md.
 wheelhouse:
 	PYTHON=$(PY) scripts/wheelhouse.sh $(WHEELHOUSE)
+
+# The runner's container (runner/container/Dockerfile) from a [train] wheelhouse, with no index.
+# BASE_IMAGE: the image it is built FROM (default: scripts/docker-base.sh's local Debian base).
+RUNNER_IMAGE ?= aiperf-runner:latest
+BASE_IMAGE ?= aiperf-base:bookworm
+runner-image:
+	PYTHON=$(PY) TRAIN=1 scripts/wheelhouse.sh $(WHEELHOUSE)
+	docker build -f runner/container/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(RUNNER_IMAGE) $(WHEELHOUSE)
 
 clean:
 	rm -rf $(VENV) runs var .pytest_cache
