@@ -144,7 +144,8 @@ class UploadView(TusView):
                                                  "Upload-Length": str(session.length)})
 
     def head(self, request, pk):
-        return self.get(request, pk)
+        answer = self.get(request, pk)
+        return Response(status=answer.status_code, headers=dict(answer.items()))  # no body (RFC 9110)
 
     @extend_schema(
         request={OCTETS: OpenApiTypes.BINARY},

@@ -179,8 +179,11 @@ def test_big_bundle_resumes_through_cuts_runner_rerun_and_restart(stack, tmp_pat
     assert stack.sql("SELECT count(*) FROM leaderboard_submission") == [(1,)]
     assert stack.sql("SELECT count(*) FROM leaderboard_result") == [(1,)]
     assert stack.sql("SELECT count(*), count(submission_id) FROM leaderboard_uploadsession") == [(1, 1)]
-    assert stack.log("worker").count("verify_submission[") and \
-        (stack.workdir / "worker.log").read_text().count("succeeded in") == 1
+    # Verified once (a long verification's message may come back after the stack's 5 s visibility timeout:
+    # the pipeline's claim answers it 'skipped').
+    worker_log = (stack.workdir / "worker.log").read_text()
+    assert worker_log.count("s: 'verified'") == 1, worker_log
+    assert worker_log.count("succeeded in") == 1 + worker_log.count("s: 'skipped'"), worker_log
     assert not list((stack.workdir / "media" / "partial").glob("*.part"))
     assert not (tmp_path / "run-big.tar.gz.upload.json").exists()
 
