@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from leaderboard import tasks
 from leaderboard.models import Submission, UploadSession
+from tests.helpers import need_service
 from tests.service.conftest import new_site, nothing_left, upload
 
 TUS = {"HTTP_TUS_RESUMABLE": "1.0.0"}
@@ -124,3 +126,28 @@ def test_limits_termination_and_sweep(site_a, make_bundle, settings, media_root)
     assert head_offset(site_a.client, fresh_url) == 0
     parts = sorted(Path(p).name for p in nothing_left(media_root) if p.endswith(".part"))
     assert parts == [f"{UploadSession.objects.get().pk}.part"]
+
+
+def test_full_disk_refuses_with_507_and_keeps_the_bytes_for_later(site_a, make_bundle, media_root, settings):
+    """A chunk that does not fit under MEDIA_ROOT (a 1 MiB tmpfs, so it needs root) is 507 `storage`; what
+    was written stays, and the upload resumes from there once there is room."""
+    data = make_bundle(site_a.key).read_bytes()
+    media_root.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(media_root)],
+                             capture_output=True, text=True)
+    need_service(mounted.returncode == 0, f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        padding = media_root / "filler"
+        url = create(site_a.client, data)["Location"]
+        assert patch(site_a.client, url, data[:1000], 0).status_code == 204
+        subprocess.run(["dd", "if=/dev/zero", f"of={padding}", "bs=4k"], capture_output=True)  # until ENOSPC
+        full = patch(site_a.client, url, data[1000:], 1000)
+        assert full.status_code == 507 and full.json()["check"] == "storage", full.content
+        held = head_offset(site_a.client, url)
+        assert 1000 <= held < len(data)
+        padding.unlink()
+        done = patch(site_a.client, url, data[held:], held)
+        assert done.status_code == 201, done.content
+        assert Submission.objects.get().sha256 == hashlib.sha256(data).hexdigest()
+    finally:
+        subprocess.run(["umount", "-l", str(media_root)], check=False)
