@@ -62,7 +62,8 @@ def too_large(length: int) -> Rejected:
                             f"{limit} bytes (AIPERF_MAX_CHUNKED_UPLOAD_BYTES)", status=413)
 
 
-def unreadable(exc: OSError) -> Rejected:
+def storage_refusal(exc: OSError) -> Rejected:
+    """A full disk or quota under MEDIA_ROOT as the 507 `storage` refusal; any other OSError raised again."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         log.error("chunked upload refused: no space under MEDIA_ROOT: %s", exc)
         return Rejected("storage", f"the service has no room to store the bundle ({exc.strerror}); the bytes "
@@ -105,7 +106,7 @@ def create(site: Site, length: int, sha256: str) -> Created:
         part_path(session).touch()
     except OSError as exc:
         session.delete()
-        raise unreadable(exc) from None
+        raise storage_refusal(exc) from None
     return Created(session, None, True)
 
 
@@ -165,7 +166,7 @@ def append(session: UploadSession, read: Callable[[int], bytes], at: int, count:
                     os.fsync(out.fileno())
                     UploadSession.objects.filter(pk=session.pk).update(updated_at=timezone.now())
         except OSError as exc:
-            raise unreadable(exc) from None
+            raise storage_refusal(exc) from None
         return part_path(session).stat().st_size
 
 
@@ -195,7 +196,7 @@ def finish(session: UploadSession) -> intake.Received:
             drop(session)
             raise
         except OSError as exc:
-            raise unreadable(exc) from None
+            raise storage_refusal(exc) from None
         session.submission = received.submission
         session.save(update_fields=["submission"])
         path.unlink(missing_ok=True)  # still there when the bundle had been submitted before
