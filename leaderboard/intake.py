@@ -112,43 +112,51 @@ def _receive(site: Site, upload: UploadedFile) -> Received:
     fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar.gz", dir=bundles.tmp_dir())
     os.close(fd)
     tmp = Path(name)
-    final: Path | None = None
     try:
         digest, size = _spool(upload, tmp)
+        return accept(site, tmp, digest, size)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def accept(site: Site, tmp: Path, digest: str, size: int) -> Received:
+    """Make the Submission of a complete, stored upload (`tmp`, under MEDIA_ROOT, of this sha256 and size):
+    the same bundle again answers its submission; else the synchronous checks, then the row and the move
+    of `tmp` to its final place in one transaction. Shared by the single-request and the chunked upload
+    (leaderboard/resumable.py); the caller removes `tmp` if it is still there."""
+    existing = Submission.objects.filter(sha256=digest, site=site).first()
+    if existing is not None:
+        return Received(existing, False)
+    key, run_id = precheck(tmp, site)
+    rel = bundles.bundle_path(digest)
+    final: Path | None = None
+    try:
+        with transaction.atomic():
+            submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id)
+            # A witnessed run's attempt is now submitted (the system's "runs submitted").
+            RunAttempt.objects.filter(run_id=run_id, site=site, submission__isnull=True).update(
+                submission=submission)
+            final = Path(settings.MEDIA_ROOT) / rel
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+            submission.bundle.name = rel
+            submission.save(update_fields=["bundle"])
+            transaction.on_commit(lambda: enqueue(submission.pk), robust=True)
+    except IntegrityError:
+        # A concurrent upload of the same bundle or run won the race.
+        if final is not None:
+            final.unlink(missing_ok=True)
         existing = Submission.objects.filter(sha256=digest, site=site).first()
         if existing is not None:
             return Received(existing, False)
-        key, run_id = precheck(tmp, site)
-        rel = bundles.bundle_path(digest)
-        try:
-            with transaction.atomic():
-                submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id)
-                # A witnessed run's attempt is now submitted (the system's "runs submitted").
-                RunAttempt.objects.filter(run_id=run_id, site=site, submission__isnull=True).update(
-                    submission=submission)
-                final = Path(settings.MEDIA_ROOT) / rel
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, final)
-                submission.bundle.name = rel
-                submission.save(update_fields=["bundle"])
-                transaction.on_commit(lambda: enqueue(submission.pk), robust=True)
-        except IntegrityError:
-            # A concurrent upload of the same bundle or run won the race.
-            if final is not None:
-                final.unlink(missing_ok=True)
-            existing = Submission.objects.filter(sha256=digest, site=site).first()
-            if existing is not None:
-                return Received(existing, False)
-            check_run_id(run_id)
-            raise
-        except BaseException:
-            if final is not None:
-                final.unlink(missing_ok=True)
-            raise
-        submission.refresh_from_db()
-        return Received(submission, True)
-    finally:
-        tmp.unlink(missing_ok=True)
+        check_run_id(run_id)
+        raise
+    except BaseException:
+        if final is not None:
+            final.unlink(missing_ok=True)
+        raise
+    submission.refresh_from_db()
+    return Received(submission, True)
 
 
 def enqueue(submission_id: int) -> None:

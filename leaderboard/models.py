@@ -416,3 +416,23 @@ class EditionEntry(models.Model):
     class Meta:
         ordering = ["edition", "division", "rank"]
         constraints = [models.UniqueConstraint(fields=["edition", "result"], name="result_once_per_edition")]
+
+
+class UploadSession(models.Model):
+    """A chunked (resumable) upload in progress: the bytes so far are MEDIA_ROOT/partial/<id>.part, and the
+    offset the client resumes from is that file's size (leaderboard/resumable.py, docs/service.md)."""
+
+    id = models.UUIDField(primary_key=True)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="upload_sessions")
+    length = models.BigIntegerField(help_text="the bundle's size in bytes, announced at creation")
+    sha256 = models.CharField(max_length=64, help_text="the bundle's digest, announced; checked once complete")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now, help_text="the last bytes received")
+    submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+", help_text="the submission made once complete")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["site", "sha256"], name="one_upload_session_per_bundle")]
+
+    def __str__(self) -> str:
+        return f"upload {self.id} ({self.length} bytes) of {self.site}"

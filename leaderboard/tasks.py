@@ -40,13 +40,18 @@ def reverify_stale() -> int:
 @shared_task
 def resume_stuck() -> int:
     """Queue verification of submissions that no live task is working on (e.g. a lost message), and remove
-    the scratch files of workers killed mid-way."""
+    the scratch files of workers killed mid-way and the chunked uploads abandoned long ago."""
+    from leaderboard import resumable  # here: resumable -> intake -> tasks would be an import cycle
+
     ids = list(pipeline.stuck().values_list("pk", flat=True))
     for pk in ids:
         verify_submission.delay(pk)
     removed = bundles.sweep_tmp(settings.AIPERF_TMP_MAX_AGE_S)
     if removed:
         log.warning("removed %d leftovers of killed workers from MEDIA_ROOT/tmp: %s", len(removed), removed)
+    dropped = resumable.sweep(settings.AIPERF_UPLOAD_SESSION_MAX_AGE_S)
+    if dropped:
+        log.warning("removed %d chunked uploads untouched for AIPERF_UPLOAD_SESSION_MAX_AGE_S", dropped)
     return len(ids)
 
 

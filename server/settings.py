@@ -138,6 +138,10 @@ MEDIA_URL = "/media/"  # bundles are not served: nothing maps this URL
 
 # Bundles larger than this are refused with 413 before they are read.
 AIPERF_MAX_UPLOAD_BYTES = env.int("AIPERF_MAX_UPLOAD_BYTES", default=512 * 1024 * 1024)
+# A chunked (resumable, tus) upload may be this large (docs/service.md "Resumable uploads"); its unfinished
+# parts (MEDIA_ROOT/partial) untouched this long are removed by resume_stuck.
+AIPERF_MAX_CHUNKED_UPLOAD_BYTES = env.int("AIPERF_MAX_CHUNKED_UPLOAD_BYTES", default=8 * 1024 * 1024 * 1024)
+AIPERF_UPLOAD_SESSION_MAX_AGE_S = env.float("AIPERF_UPLOAD_SESSION_MAX_AGE_S", default=7 * 24 * 3600.0)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads go to a temporary file
 # 1: a verified result waits for an admin's "publish" before it enters the list.
 AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)

@@ -12,6 +12,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from leaderboard import health
 from leaderboard.api.router import router
+from leaderboard.api.uploads import UploadsView, UploadView
 from leaderboard.api.views import WitnessView
 
 
@@ -26,6 +27,9 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/witness/", WitnessView.as_view(), name="witness"),
+    # Chunked, resumable uploads (tus 1.0.0): leaderboard/api/uploads.py.
+    path("api/v1/uploads/", UploadsView.as_view(), name="uploads"),
+    path("api/v1/uploads/<uuid:pk>/", UploadView.as_view(), name="upload"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's setup as a script of its own: no inline script (CSP).

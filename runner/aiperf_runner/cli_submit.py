@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from aiperf_runner import chunked
 from aiperf_runner.publish import write_public_logs
 from aiperf_runner.service import Failure, Service, client, detail, find_service, request, save_service
 from aiperf_runner.spec import bundle, keys
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 EXIT_CODES = ("Exit codes: 0 verified, 1 rejected or refused (the message says why), 2 usage error, "
               "3 still not verified when --timeout ran out.")
 DONE = ("verified", "published", "rejected", "withdrawn")
+CHUNK_SIZE = 64 << 20  # bundles larger than this go in resumable chunks of this size
 
 Server = Annotated[str | None, typer.Option("--server", help="The service's base URL, e.g. https://aiperf.example.org "
                                             "(default: $AIPERF_SERVER, else what `register` saved).",
@@ -111,8 +113,12 @@ def _bundle_for(path: Path, key_path: Path | None, say) -> Path:
 
 def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None, wait: bool = True,
                   timeout: float = 600.0, retries: int = 5, backoff: float = 2.0,
-                  quiet: bool = False) -> dict[str, Any]:
-    """Upload and (optionally) wait; return the submission as the service last described it."""
+                  quiet: bool = False, chunk_size: int = CHUNK_SIZE) -> dict[str, Any]:
+    """Upload and (optionally) wait; return the submission as the service last described it.
+
+    A bundle larger than `chunk_size` bytes goes in resumable chunks (aiperf_runner/chunked.py); a smaller
+    one, or any with `chunk_size` 0, in one request.
+    """
     say = _say(quiet)
     if path.is_dir():
         from aiperf_runner.witnessing import complete_witness
@@ -132,7 +138,10 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
             with open(out, "rb") as fh:
                 return c.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")})
 
-        resp = request(send, "uploading", retries, backoff, say)
+        if chunk_size and size > chunk_size:
+            resp = chunked.upload(c, service.server, out, chunk_size, retries, backoff, say)
+        else:
+            resp = request(send, "uploading", retries, backoff, say)
         if resp.status_code == 401:
             raise Failure("the service does not know this token (HTTP 401)", "token")
         if resp.status_code not in (200, 201):
@@ -230,14 +239,21 @@ def submit_cmd(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the verification.")] = 600.0,
     retries: Annotated[int, typer.Option("--retries", min=0, help="Retries of a failed upload or poll.")] = 5,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Upload only; do not wait for the verification.")] = False,
+    chunk_size: Annotated[float, typer.Option("--chunk-size", min=0, help="MiB: a bundle larger than this is "
+                                              "uploaded in resumable chunks of this size (0: in one request).")]
+    = CHUNK_SIZE / (1 << 20),
     as_json: AsJson = False,
 ) -> None:
-    """Sign, pack and upload a run; wait for the service's verification; print score, rank and URL."""
+    """Sign, pack and upload a run; wait for the service's verification; print score, rank and URL.
+
+    A bundle larger than --chunk-size goes in chunks: a cut connection or a restart of the service resumes
+    from the last byte the service holds, and so does this command run again with the same bundle.
+    """
     try:
         service = find_service(server, token)
         assert service is not None
         sub = submit_bundle(service, run_dir, key_path=key, wait=not no_wait, timeout=timeout,
-                            retries=retries, quiet=as_json)
+                            retries=retries, quiet=as_json, chunk_size=int(chunk_size * (1 << 20)))
     except Failure as exc:
         if as_json:
             typer.echo(json.dumps({"status": "refused", "score_ops": None, "rank": None, "url": None,

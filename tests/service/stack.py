@@ -101,10 +101,14 @@ class Stack:
             conn.execute(f'CREATE DATABASE "{self.name}"' + (f' TEMPLATE "{template}"' if template else ""))
         if template is None:
             self.manage("migrate", "--noinput")
+        self.start_web()
+        return self
+
+    def start_web(self) -> None:
+        """gunicorn on this stack's port (again, after `kill("web")`: a restart of the service)."""
         self.spawn("web", [str(BIN / "gunicorn"), "server.wsgi:application", "--bind", f"127.0.0.1:{self.port}",
                            "--workers", "2", "--timeout", "120"])
         self.wait_ready()
-        return self
 
     def stop(self) -> None:
         for name in list(self.procs):
