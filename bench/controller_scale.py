@@ -18,6 +18,10 @@ Printed per scale:
   prep s      seconds from the controller's start to the run's (the first wave of proposals is made
               before the clock starts)
 
+and under each row, the hyper-parameters' sources (seed / inherited / tpe), TPE's asks (made ahead
+on the "tpe-proposer" thread: mean seconds per ask, CPU of that thread) and the trials of a TPE
+round that inherited because no TPE point was ready.
+
     python bench/controller_scale.py                                  # 8,64,512,4096 slots, 20-s trials, 60 s each
     python bench/controller_scale.py --slots 8,512 --trial-s 60 --duration 600
     python bench/controller_scale.py --failure-rate 0.02 --straggler-rate 0.02 --json out.json
