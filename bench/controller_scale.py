@@ -7,8 +7,9 @@ stragglers; simulated time is wall time). Each scale runs in its own process und
 Printed per scale:
 
   util        slot utilisation from the log (RunState.slot_utilisation)
-  ctl s/trial CPU seconds of the controller's own thread per ended attempt (the search's thread
-              and the simulator's thread are shown apart: they are not the controller's loop)
+  ctl s/trial CPU seconds of the controller's own thread per ended attempt (the search's threads:
+              architecture search and TPE asked ahead, and the simulator's thread are shown apart:
+              they are not the controller's loop)
   demand/s    proposals the slots ask for: slots / mean attempt length
   deliv/s     proposals the search made per second
   log B/s     bytes of the main events.jsonl per second of run
@@ -16,6 +17,10 @@ Printed per scale:
               smallest scale run)
   prep s      seconds from the controller's start to the run's (the first wave of proposals is made
               before the clock starts)
+
+and under each row, the hyper-parameters' sources (seed / inherited / tpe), TPE's asks (made ahead
+on the "tpe-proposer" thread: mean seconds per ask, CPU of that thread) and the trials of a TPE
+round that inherited because no TPE point was ready.
 
     python bench/controller_scale.py                                  # 8,64,512,4096 slots, 20-s trials, 60 s each
     python bench/controller_scale.py --slots 8,512 --trial-s 60 --duration 600
@@ -36,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +114,11 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         controller = Controller.create(config, args.run_dir)
         buffer = controller.buffer
         controller.run()
+    tpe = getattr(controller.hparams, "tpe", None)
     return {"threads_cpu_s": clock.cpu, "process_cpu_s": time.process_time() - cpu0, "wall_s": time.time() - wall0,
-            "proposals": buffer.proposals, "propose_s": buffer.propose_seconds, "created_at": wall0}
+            "proposals": buffer.proposals, "propose_s": buffer.propose_seconds, "created_at": wall0,
+            "hparam_fallbacks": getattr(controller.hparams, "fallbacks", 0),
+            "tpe_asks": getattr(tpe, "asks", 0), "tpe_ask_s": getattr(tpe, "ask_seconds", 0.0)}
 
 
 def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]:
@@ -125,7 +134,12 @@ def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]
     return {
         "slots": slots, "span_s": span, "utilisation": state.slot_utilisation() or 0.0,
         "attempts_ended": len(ended), "trials_proposed": len(state.trials),
-        "controller_cpu_s": threads.get("MainThread", 0.0), "search_cpu_s": threads.get("proposal-buffer", 0.0),
+        "controller_cpu_s": threads.get("MainThread", 0.0),
+        "search_cpu_s": threads.get("proposal-buffer", 0.0) + threads.get("tpe-proposer", 0.0),
+        "tpe_cpu_s": threads.get("tpe-proposer", 0.0), "tpe_asks": inside.get("tpe_asks", 0),
+        "tpe_ask_s_mean": inside.get("tpe_ask_s", 0.0) / max(inside.get("tpe_asks", 0), 1),
+        "hparam_fallbacks": inside.get("hparam_fallbacks", 0),
+        "hparam_sources": dict(Counter(tr.hparam_source for tr in state.trials.values())),
         "sim_cpu_s": threads.get("sim-backend", 0.0), "process_cpu_s": inside["process_cpu_s"],
         "ctl_s_per_trial": threads.get("MainThread", 0.0) / max(len(ended), 1),
         "demand_per_s": slots / mean_len if ended else float("nan"),
@@ -201,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         row["score_per_slot_rel"] = row["score_per_slot"] / base
         rows.append(row)
         print_row(row, base)
+        print(f"{'':>6} hyper-parameters: {row['hparam_sources']}; TPE asks {row['tpe_asks']} "
+              f"(mean {row['tpe_ask_s_mean'] * 1000:.1f} ms, {row['tpe_cpu_s']:.1f} s CPU on its thread), "
+              f"inherited for want of a ready point {row['hparam_fallbacks']}", flush=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
     if args.json:

@@ -209,7 +209,7 @@ class Controller:
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
-        self.buffer.start()
+        self._start_proposers()
         # Candidates for the whole first wave are made before the clock starts: no slot starts idle.
         self.buffer.wait_ready(len(self.slots), timeout=max(120.0, 0.1 * len(self.slots)))
         witnessed = {"token": token["token"]} if token else {}
@@ -262,7 +262,7 @@ class Controller:
         except BaseException:
             unlock(lock_fh, run_dir)
             raise
-        self.buffer.start()
+        self._start_proposers()
         self._log("run_resumed", run_id=run_json["run_id"])
         self.keeper = WeightKeeper(run_dir, state, self._log, keep_share(config.preset), state.token is not None,
                                    beacons=retention.beacon_of)
@@ -297,6 +297,14 @@ class Controller:
                 self._log("trial_failed", trial=tr.trial, attempt=att.attempt, error=INTERRUPTED, retry=True)
 
     # ---- the loop -------------------------------------------------------------------------------------
+    def _start_proposers(self) -> None:
+        """The architecture search's thread, and the hyper-parameter search's where it has one
+        (`start(depth)`: TPE points asked ahead, so a launch never waits on a fit)."""
+        self.buffer.start()
+        start = getattr(self.hparams, "start", None)
+        if start is not None:
+            start(ready_target(len(self.slots)))
+
     @property
     def deadline(self) -> float:
         assert self.state.started_at is not None
@@ -569,6 +577,7 @@ class Controller:
             if self.witnessing is not None:
                 self.witnessing.stop()
             self.buffer.stop()
+            getattr(self.hparams, "stop", lambda: None)()
             self.writer.close()
             unlock(self._lock_fh, self.run_dir)
             if self.progress is not None:

@@ -10,6 +10,13 @@ Where a trial's hyper-parameters come from (`source`):
 - `inherited` — the parent trial's point (the child of a morphism starts where its parent trained);
 - `tpe` — asked from the TPE sampler (random for the first `n_startup_trials` results).
 
+TPE sees a bounded window of the history (the most recent and the best results; the rule is in
+search/tpewindow.py), so a proposal costs the same at 20,000 results as at 1,000. With
+`start(depth)`, TPE points are asked ahead on a thread of their own and results are applied there:
+`suggest` and `tell` never wait on a fit. A trial whose round asks TPE while no point is ready
+inherits its parent's point instead (source `inherited`, as logged); without a parent it waits for
+one to be asked.
+
 Interface (the controller's): `suggest(trial_id, parent, round) -> (hparams, source)`,
 `tell(trial_id, accuracy)`.
 
@@ -27,12 +34,12 @@ optuna is imported lazily (it comes with the `train` extra).
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiperf_runner.search.protocols import HparamOptimiser
+from aiperf_runner.search.tpewindow import BEST, REBUILD_EVERY, RECENT, TpeProposer
 from aiperf_runner.spec.presets import KERNEL_SIZE
 from aiperf_runner.spec.presets import PRESETS as SPEC_PRESETS
 
@@ -82,11 +89,12 @@ def defaults(preset: str = "smoke") -> dict[str, Any]:
 
 class HparamSearch:
     def __init__(self, preset: str = "smoke", seed: int = 0, n_startup_trials: int = 4, tpe_from_round: int = 3,
-                 space: Space | None = None, *, rng_seed: int | None = None) -> None:
+                 space: Space | None = None, *, rng_seed: int | None = None, history_recent: int = RECENT,
+                 history_best: int = BEST, history_rebuild_every: int = REBUILD_EVERY) -> None:
         if rng_seed is not None:
             seed = rng_seed
         try:
-            import optuna
+            import optuna  # noqa: F401 - only to say what is missing
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise RuntimeError("hyper-parameter search needs optuna: pip install 'aiperf-runner[train]'") from exc
         if space is None and preset not in SPACES:
@@ -94,19 +102,28 @@ class HparamSearch:
         self.preset = preset
         self.space = space or SPACES[preset]
         self.tpe_from_round = tpe_from_round
-        self._optuna = optuna
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
-            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, multivariate=True,
-                                                 constant_liar=True)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self._dists = self.space.distributions()
+        self.tpe = TpeProposer(self._dists, seed, n_startup_trials, recent=history_recent, best=history_best,
+                               rebuild_every=history_rebuild_every)
         self._points: dict[str, dict[str, Any]] = {}    # trial id -> hyper-parameters
         self._sources: dict[str, str] = {}              # trial id -> source
-        self._open: dict[str, int] = {}                 # trial id -> optuna trial number (asked, not told)
+        self._open: dict[str, str] = {}                 # trial id -> its TPE point's key (asked, not told)
         self._results: dict[str, float] = {}            # trial id -> accuracy
         self._lock = threading.Lock()
+        self.fallbacks = 0  # TPE rounds' trials that inherited because no TPE point was ready
+
+    @property
+    def study(self) -> Any:
+        """The optuna study TPE asks from now: the window (search/tpewindow.py), not the whole history."""
+        return self.tpe.study
+
+    def start(self, depth: int) -> HparamSearch:
+        """Ask TPE points ahead on a thread of their own, keeping `depth` ready (stop() ends it)."""
+        self.tpe.start(depth)
+        return self
+
+    def stop(self) -> None:
+        self.tpe.stop()
 
     # ---- proposing ------------------------------------------------------------------------------
     def _parent_point(self, parent: Any) -> dict[str, Any] | None:
@@ -137,26 +154,29 @@ class HparamSearch:
         later pairs the result with this point."""
         with self._lock:
             source = self.policy(parent, round)
-            number = None
+            key = None
+            point = self.tpe.take() if source == "tpe" else None
+            if source == "tpe" and point is None and self.tpe.started and self._parent_point(parent) is not None:
+                source = "inherited"  # no TPE point ready: the launch does not wait for a fit
+                self.fallbacks += 1
             if source == "seed":
                 hp = defaults(self.preset)
             elif source == "inherited":
                 hp = dict(self._parent_point(parent))  # type: ignore[arg-type]
             else:
-                trial = self.study.ask(self._dists)
-                number = trial.number
-                hp = {**trial.params, "kernel_size": KERNEL_SIZE}
+                key, params = point if point is not None else self.tpe.take_or_ask()
+                hp = {**params, "kernel_size": KERNEL_SIZE}
             hp = _clean(hp)
-            self._record(trial_id, hp, source, number)
+            self._record(trial_id, hp, source, key)
             return dict(hp), source
 
-    def _record(self, trial_id: str, hp: dict[str, Any], source: str, number: int | None) -> None:
+    def _record(self, trial_id: str, hp: dict[str, Any], source: str, key: str | None) -> None:
         if source not in SOURCES:
             raise ValueError(f"unknown hyper-parameter source {source!r}")
         self._points[trial_id] = hp
         self._sources[trial_id] = source
-        if number is not None:
-            self._open[trial_id] = number
+        if key is not None:
+            self._open[trial_id] = key
 
     # ---- results --------------------------------------------------------------------------------
     def tell(self, trial_id: str, accuracy: float | None) -> bool:
@@ -165,20 +185,19 @@ class HparamSearch:
         with self._lock:
             if trial_id not in self._points or trial_id in self._results:
                 return False
-            number = self._open.pop(trial_id, None)
+            key = self._open.pop(trial_id, None)
             if accuracy is None:
-                if number is not None:
-                    self.study.tell(number, state=self._optuna.trial.TrialState.FAIL)
+                if key is not None:
+                    self.tpe.tell(key, None)
                 return True
             value = float(accuracy)
             self._results[trial_id] = value
-            if number is not None:
-                self.study.tell(number, value)
+            if key is not None:
+                self.tpe.tell(key, value)
             else:
                 params = {k: v for k, v in self._points[trial_id].items() if k in self._dists}
                 if set(params) == set(self._dists) and self.space.contains(params):
-                    self.study.add_trial(self._optuna.trial.create_trial(
-                        params=params, distributions=self._dists, value=value))
+                    self.tpe.add(params, value)
             return True
 
     # ---- state ----------------------------------------------------------------------------------
