@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
+from leaderboard import listcache
 from leaderboard.models import Division, Edition, EditionEntry, Result
 
 if TYPE_CHECKING:
@@ -70,11 +71,13 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
 def visible_results() -> QuerySet[Result]:
     """Results a reader may open: on the live list, in review (so the review is public), or cited by a
     frozen edition."""
+    # Columns of the row itself and one correlated EXISTS: a page of one result reads a few index entries,
+    # not the whole live list (the stored rank_all says "live": Result.objects.listed()).
+    cited = EditionEntry.objects.filter(result=OuterRef("pk"), edition__frozen_at__isnull=False)
     return Result.objects.filter(
-        Q(pk__in=Result.objects.live().values("pk"))
-        | Q(pk__in=Result.objects.filter(review__in=[Result.Review.PENDING, Result.Review.REJECTED],
-                                         published=True).values("pk"))
-        | Q(pk__in=EditionEntry.objects.filter(edition__frozen_at__isnull=False).values("result_id")))
+        Q(rank_all__isnull=False)
+        | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED], published=True)
+        | Exists(cited))
 
 
 def frozen_editions() -> QuerySet[Edition]:
@@ -197,7 +200,7 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
             ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"), lregulated=F("regulated_score_ops"),
             ldate=Coalesce("published_at", "verified_at"))
     if edition is None:
-        qs = qs.live().annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
+        qs = qs.listed().annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
                                 lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
     else:
         entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
@@ -267,7 +270,11 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
         results = list(page.object_list)
         total = paginator.count
     rows = [Row(r, r.lrank, r.lscore, r.lregulated) for r in results]
-    return ListView(p, edition, rows, page, total, options(base) if with_options else {})
+    menus: dict[str, list[str]] = {}
+    if with_options:  # the same for every filter, sort and page of this list: once per list generation
+        which = f"options:{edition.pk if edition else ''}:{p.rules}:{p.all}:{p.review}"
+        menus = listcache.cached_value(which, lambda: options(base))
+    return ListView(p, edition, rows, page, total, menus)
 
 
 # ---- other pages ---------------------------------------------------------------------------------
