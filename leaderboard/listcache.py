@@ -69,8 +69,12 @@ def cached_value(name: str, compute: Callable[[], T]) -> T:
     """`compute()` once per list generation (a figure of the whole list: the filter menus' values)."""
     if _timeout() <= 0:
         return compute()
-    key = f"aiperf:value:{generation()}:{hashlib.sha256(name.encode()).hexdigest()}"
-    value = cache.get(key)
+    try:
+        key = f"aiperf:value:{generation()}:{hashlib.sha256(name.encode()).hexdigest()}"
+        value = cache.get(key)
+    except Exception:  # noqa: BLE001 - a cache outage must not take the pages down
+        log.warning("cache unavailable; computing %s", name, exc_info=True)
+        return compute()
     if value is None:
         value = compute()
         cache.set(key, value, timeout=_timeout())
@@ -110,7 +114,9 @@ def cached_page(namespace: str) -> Callable[[View], View]:
             render = getattr(response, "render", None)  # DRF/template responses render lazily
             if callable(render) and not getattr(response, "is_rendered", True):
                 render()
+            # Not a page that holds a CSRF token (the browsable API's forms): it is the reader's own.
             if (isinstance(response, HttpResponse) and response.status_code == 200 and not response.cookies
+                    and not request.META.get("CSRF_COOKIE_USED")
                     and len(response.content) <= MAX_CACHED_BYTES):
                 try:
                     cache.set(key, response, timeout=_timeout())

@@ -85,8 +85,10 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
         if review in (Result.Review.PENDING, Result.Review.REJECTED):
             return qs.filter(review=review).annotate(list_rank=F("rank"))
         edition = self.edition()
+        field = "rank_all" if self.every_result() else "rank"  # set on live rows only: listed()'s column
         listed: QuerySet[Result] = self.with_ranks(
-            qs.filter(edition_entries__edition=edition) if edition is not None else qs.listed(), edition)
+            qs.filter(edition_entries__edition=edition) if edition is not None
+            else qs.filter(**{f"{field}__isnull": False}), edition)
         return listed if self.every_result() else listed.exclude(**{"list_rank": None})
 
 

@@ -200,7 +200,9 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
             ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"), lregulated=F("regulated_score_ops"),
             ldate=Coalesce("published_at", "verified_at"))
     if edition is None:
-        qs = qs.listed().annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
+        # The stored rank says "live" (Result.objects.listed(): rank_all; rank is set on a subset of those):
+        # one column, in the partial index the page walks and the count reads alone.
+        qs = qs.filter(**{f"{field}__isnull": False}).annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
                                 lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
     else:
         entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
@@ -286,7 +288,7 @@ def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
 
 def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
     """Share of the live list by accelerator vendor, country and accelerator model (count and score)."""
-    qs = Result.objects.live()
+    qs = Result.objects.listed()  # the stored ranks say "live": no join
     if division:
         qs = qs.filter(division=division)
     out = {}
@@ -320,7 +322,7 @@ def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
 
 
 def live_summary(division: str = "") -> dict[str, Any]:
-    qs = Result.objects.live()
+    qs = Result.objects.listed()  # the stored ranks say "live": no join
     if division:
         qs = qs.filter(division=division)
     agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
