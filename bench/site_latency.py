@@ -213,6 +213,7 @@ def main() -> int:
            "SECRET_KEY": secrets.token_urlsafe(40), "ALLOWED_HOSTS": "127.0.0.1,localhost",
            "STATIC_ROOT": str(tmp / "static"), "CONN_MAX_AGE": "60", "AIPERF_LOG_LEVEL": "WARNING",
            "AIPERF_SERVER_TIMING": "1", "DJANGO_SETTINGS_MODULE": "server.settings",
+           "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback (no proxy in front to terminate TLS)
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     manage = [PY, "manage.py"]
     try:

@@ -89,7 +89,8 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
         listed: QuerySet[Result] = self.with_ranks(
             qs.filter(edition_entries__edition=edition) if edition is not None
             else qs.filter(**{f"{field}__isnull": False}), edition)
-        return listed if self.every_result() else listed.exclude(**{"list_rank": None})
+        # The live list already filters on its rank column (said twice, the planner misjudges the rows).
+        return listed if self.every_result() or edition is None else listed.exclude(**{"list_rank": None})
 
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, RULES, ALL, REVIEW, FORMAT]))

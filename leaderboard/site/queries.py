@@ -212,7 +212,9 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
             lscore=Subquery(entries.values("score_ops")[:1]),
             lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
             ldate=Coalesce("published_at", "verified_at"))
-    return qs if p.all else qs.filter(lrank__isnull=False)
+    # The live list already filters on its rank column: said twice, the planner squares its selectivity
+    # and sorts every row instead of walking the rank index.
+    return qs if p.all or edition is None else qs.filter(lrank__isnull=False)
 
 
 def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
