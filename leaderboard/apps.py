@@ -26,8 +26,9 @@ class LeaderboardConfig(AppConfig):
     def ready(self) -> None:
         from aiperf_runner.spec import rules
 
-        from leaderboard import checks  # noqa: F401 - registers the deployment checks
+        from leaderboard import checks, listcache  # noqa: F401 - checks: registers the deployment checks
         post_migrate.connect(_rerank, sender=self)
+        listcache.connect_signals()
         if settings.AIPERF_RULES_FILE:
             try:
                 with open(settings.AIPERF_RULES_FILE) as fh:

@@ -10,6 +10,7 @@ import hashlib
 import secrets
 
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -254,6 +255,12 @@ class ResultQuerySet(models.QuerySet["Result"]):
             review__in=[Result.Review.PENDING, Result.Review.REJECTED]).exclude(
             division=Division.OFFICIAL, audit=Result.Audit.PENDING)
 
+    def listed(self) -> ResultQuerySet:
+        """The live list as stored: `rank_all` is set on every live result and NULL on every other one
+        (leaderboard/ranking.py, in the transaction that changes the list), so this is `live()` read
+        from one indexed column of this table, with no join (the list's pages and the API read it)."""
+        return self.filter(rank_all__isnull=False)
+
     def entries(self) -> ResultQuerySet:
         """What the list shows by default: each system's best live result (ranked)."""
         return self.live().filter(rank__isnull=False)
@@ -322,6 +329,22 @@ class Result(models.Model):
 
     class Meta:
         ordering = ["-score_ops"]
+        # The list's reads at 100,000 results (docs/service.md "Ranks and editions"): a page of a list in
+        # rank order walks these partial indexes (live rows only) and a count reads them alone; the
+        # other sorts walk their column's index. Filters on the system or site use theirs.
+        indexes = [
+            models.Index(fields=["rules", "division", "rank", "id"], name="result_list_rank",
+                         condition=models.Q(rank__isnull=False)),
+            models.Index(fields=["rules", "division", "rank_all", "id"], name="result_list_rank_all",
+                         condition=models.Q(rank_all__isnull=False)),
+            models.Index(fields=["regulated_score_ops"], name="result_regulated_idx"),
+            models.Index(fields=["max_accuracy"], name="result_accuracy_idx"),
+            models.Index(fields=["efficiency"], name="result_efficiency_idx"),
+            models.Index(fields=["duration_s"], name="result_duration_idx"),
+            models.Index(fields=["verified_at"], name="result_verified_idx"),
+            models.Index(fields=["verification_level"], name="result_level_idx"),
+            models.Index(Coalesce("published_at", "verified_at"), name="result_date_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"result {self.pk}: {self.score_ops:.4g} OPS ({self.site})"

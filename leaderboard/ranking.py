@@ -23,6 +23,7 @@ from django.db.models import F, QuerySet, Window
 from django.db.models.functions import Rank
 from django.utils import timezone
 
+from leaderboard import listcache
 from leaderboard.models import Edition, EditionEntry, Result
 
 if TYPE_CHECKING:
@@ -83,7 +84,11 @@ def rerank() -> int:
         changed += cursor.rowcount
         cursor.execute(f"UPDATE {table} SET {qn('rank')} = r.new_rank FROM ({systems}) AS r "
                        f"WHERE {table}.{qn('id')} = r.rid AND {table}.{qn('rank')} {differs} r.new_rank", params)
-        return changed + cursor.rowcount
+        changed += cursor.rowcount
+    # Even with no rank changed: the caller changed the list (a result's rules, division or score may have
+    # moved without moving a rank number). The cached pages are dropped now and at the commit.
+    listcache.bump()
+    return changed
 
 
 def live_ranks(all_results: bool = False) -> dict[int, int]:
@@ -118,5 +123,5 @@ def freeze_edition(edition: Edition, results: QuerySet[Result] | None = None) ->
                       regulated_score_ops=regulated) for pk, division, rank, rank_all, score, regulated in rows),
         batch_size=2000)
     edition.frozen_at = timezone.now()
-    edition.save(update_fields=["frozen_at"])
+    edition.save(update_fields=["frozen_at"])  # the save drops the cached pages (listcache's signals)
     return len(entries)

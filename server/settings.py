@@ -276,6 +276,10 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
 if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"CACHE_URL must be a redis:// URL, not {CACHE_URL!r}")
 
+# Seconds an anonymous read of the list, a result page, the statistics or the API list may be served from
+# the cache (leaderboard/listcache.py; dropped at once on every change of the list); 0: never cached.
+AIPERF_PAGE_CACHE_S = env.int("AIPERF_PAGE_CACHE_S", default=300)
+
 # Uploads: besides AIPERF_MAX_UPLOAD_BYTES, at most this many bundles per site in 24 hours and this
 # many of one site's uploads being received at once (429 beyond either).
 AIPERF_WRITE_RATE = env.str("AIPERF_WRITE_RATE", default="120/min")  # DRF's "N/s|min|hour|day"

@@ -10,6 +10,7 @@ from django.db import IntegrityError
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -26,7 +27,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import audit, intake, limits, systems, tasks, witness
+from leaderboard import audit, intake, limits, listcache, systems, tasks, witness
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
@@ -77,17 +78,23 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
 
     def base_queryset(self) -> QuerySet[Result]:
         params = self.request.query_params
-        qs = Result.objects.select_related("site", "system").filter(rules=params.get("rules") or "v2")
+        # A list row never shows the verification or audit report (the bulk of a row): not read.
+        qs = (Result.objects.select_related("site", "system").defer("report", "audit_report")
+              .filter(rules=params.get("rules") or "v2"))
         review = params.get("review")
         if review in (Result.Review.PENDING, Result.Review.REJECTED):
             return qs.filter(review=review).annotate(list_rank=F("rank"))
         edition = self.edition()
+        field = "rank_all" if self.every_result() else "rank"  # set on live rows only: listed()'s column
         listed: QuerySet[Result] = self.with_ranks(
-            qs.filter(edition_entries__edition=edition) if edition is not None else qs.live(), edition)
-        return listed if self.every_result() else listed.exclude(**{"list_rank": None})
+            qs.filter(edition_entries__edition=edition) if edition is not None
+            else qs.filter(**{f"{field}__isnull": False}), edition)
+        # The live list already filters on its rank column (said twice, the planner misjudges the rows).
+        return listed if self.every_result() or edition is None else listed.exclude(**{"list_rank": None})
 
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, RULES, ALL, REVIEW, FORMAT]))
+@method_decorator(listcache.cached_page("api"), name="dispatch")  # anonymous reads, dropped on every change
 class LeaderboardViewSet(RankedResults):
     """The ranked list: each system's best result, by score within its division (and FLOP rules).
     Filters: division, accelerator, vendor, country, edition, rules, all, review."""

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
+from leaderboard import listcache
 from leaderboard.models import Division, Edition, EditionEntry, Result
 
 if TYPE_CHECKING:
@@ -70,11 +71,13 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
 def visible_results() -> QuerySet[Result]:
     """Results a reader may open: on the live list, in review (so the review is public), or cited by a
     frozen edition."""
+    # Columns of the row itself and one correlated EXISTS: a page of one result reads a few index entries,
+    # not the whole live list (the stored rank_all says "live": Result.objects.listed()).
+    cited = EditionEntry.objects.filter(result=OuterRef("pk"), edition__frozen_at__isnull=False)
     return Result.objects.filter(
-        Q(pk__in=Result.objects.live().values("pk"))
-        | Q(pk__in=Result.objects.filter(review__in=[Result.Review.PENDING, Result.Review.REJECTED],
-                                         published=True).values("pk"))
-        | Q(pk__in=EditionEntry.objects.filter(edition__frozen_at__isnull=False).values("result_id")))
+        Q(rank_all__isnull=False)
+        | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED], published=True)
+        | Exists(cited))
 
 
 def frozen_editions() -> QuerySet[Edition]:
@@ -197,7 +200,9 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
             ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"), lregulated=F("regulated_score_ops"),
             ldate=Coalesce("published_at", "verified_at"))
     if edition is None:
-        qs = qs.live().annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
+        # The stored rank says "live" (Result.objects.listed(): rank_all; rank is set on a subset of those):
+        # one column, in the partial index the page walks and the count reads alone.
+        qs = qs.filter(**{f"{field}__isnull": False}).annotate(ldivision=F("division"), lrank=F(field), lscore=F("score_ops"),
                                 lregulated=F("regulated_score_ops"), ldate=Coalesce("published_at", "verified_at"))
     else:
         entries = EditionEntry.objects.filter(edition=edition, result=OuterRef("pk"))
@@ -207,7 +212,9 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
             lscore=Subquery(entries.values("score_ops")[:1]),
             lregulated=Subquery(entries.values("regulated_score_ops")[:1]),
             ldate=Coalesce("published_at", "verified_at"))
-    return qs if p.all else qs.filter(lrank__isnull=False)
+    # The live list already filters on its rank column: said twice, the planner squares its selectivity
+    # and sorts every row instead of walking the rank index.
+    return qs if p.all or edition is None else qs.filter(lrank__isnull=False)
 
 
 def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
@@ -267,7 +274,11 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
         results = list(page.object_list)
         total = paginator.count
     rows = [Row(r, r.lrank, r.lscore, r.lregulated) for r in results]
-    return ListView(p, edition, rows, page, total, options(base) if with_options else {})
+    menus: dict[str, list[str]] = {}
+    if with_options:  # the same for every filter, sort and page of this list: once per list generation
+        which = f"options:{edition.pk if edition else ''}:{p.rules}:{p.all}:{p.review}"
+        menus = listcache.cached_value(which, lambda: options(base))
+    return ListView(p, edition, rows, page, total, menus)
 
 
 # ---- other pages ---------------------------------------------------------------------------------
@@ -279,7 +290,7 @@ def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
 
 def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
     """Share of the live list by accelerator vendor, country and accelerator model (count and score)."""
-    qs = Result.objects.live()
+    qs = Result.objects.listed()  # the stored ranks say "live": no join
     if division:
         qs = qs.filter(division=division)
     out = {}
@@ -313,7 +324,7 @@ def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
 
 
 def live_summary(division: str = "") -> dict[str, Any]:
-    qs = Result.objects.live()
+    qs = Result.objects.listed()  # the stored ranks say "live": no join
     if division:
         qs = qs.filter(division=division)
     agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))

@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from leaderboard import listcache
 from leaderboard.attempts import attempt_counts
 from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
 from leaderboard.pipeline import VERIFIER_VERSION
@@ -41,6 +42,7 @@ def _level_label(level: str) -> str:
 
 # ---- the list ------------------------------------------------------------------------------------
 
+@listcache.cached_page("site")
 def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
     """`/` (the live list, or `?edition=NAME`) and `/editions/NAME/` (a frozen edition)."""
     out = request.GET.get("format", "")
@@ -209,6 +211,7 @@ def _visible_result(pk: int) -> Result:
     return get_object_or_404(queries.visible_results().select_related("site", "system", "submission"), pk=pk)
 
 
+@listcache.cached_page("site")
 def result(request: HttpRequest, pk: int) -> HttpResponse:
     r = _visible_result(pk)
     points = ResultSeries.objects.filter(result=r).values_list("points", flat=True).first() or []
@@ -246,8 +249,8 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
     report_groups = [{"key": g, "title": GROUP_TITLES.get(g, g.title()), "checks": cs,
                       "failed": sum(not c["passed"] for c in cs)} for g, cs in groups.items()]
 
-    live = Result.objects.live().filter(pk=r.pk).exists()
-    rank = r.rank if live else None  # stored by leaderboard/ranking.py
+    live = r.rank_all is not None  # stored by leaderboard/ranking.py: set on every live result, NULL off the list
+    rank = r.rank if live else None
     edition_ranks = list(EditionEntry.objects.filter(result=r, edition__frozen_at__isnull=False)
                          .select_related("edition").order_by("-edition__name"))
     s = r.system
@@ -443,6 +446,7 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
 
 # ---- statistics and methodology ------------------------------------------------------------------
 
+@listcache.cached_page("site")
 def statistics(request: HttpRequest) -> HttpResponse:
     division = request.GET.get("division", "")
     division = division if division in Division.values else ""

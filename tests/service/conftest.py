@@ -41,6 +41,14 @@ def media_root(settings, tmp_path: Path) -> Path:
     return settings.MEDIA_ROOT
 
 
+@pytest.fixture(autouse=True)
+def fresh_page_cache() -> None:
+    """Each test's pages are rendered from its own database: none cached by an earlier test is read."""
+    from leaderboard import listcache
+
+    listcache.new_generation()
+
+
 def new_site(name: str, country: str = "CN", register_key: bool = True) -> SiteFixture:
     from leaderboard.models import Site, SiteKey
 

@@ -10,6 +10,14 @@ def site_urls(settings):
     settings.ROOT_URLCONF = "tests.web.urls"
 
 
+@pytest.fixture(autouse=True)
+def fresh_page_cache() -> None:
+    """Each test's pages are rendered from its own database: none cached by an earlier test is read."""
+    from leaderboard import listcache
+
+    listcache.new_generation()
+
+
 @pytest.fixture
 def demo_data():
     """demo_data(n, seed=1) -> Summary: replace the demo data with n generated results."""
