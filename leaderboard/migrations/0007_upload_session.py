@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leaderboard', '0005_submission_error'),
+        ('leaderboard', '0006_stored_ranks'),
     ]
 
     operations = [
