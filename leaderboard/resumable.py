@@ -20,8 +20,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
 
 from aiperf_runner.spec.bundle import sha256_file
 from django.conf import settings
@@ -31,6 +29,7 @@ from django.utils import timezone
 from leaderboard import intake, limits
 from leaderboard.errors import Rejected
 from leaderboard.models import Site, Submission, UploadSession
+from leaderboard.partials import drop, lock_path, part_path, partial_dir, sweep
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +37,6 @@ TUS_VERSION = "1.0.0"
 TUS_EXTENSIONS = "creation,termination"
 PIECE = 1 << 20  # bytes read from the request and written at a time
 SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def partial_dir() -> Path:
-    """Unfinished uploads: on MEDIA_ROOT's filesystem (the final move is a rename), apart from MEDIA_ROOT/tmp,
-    whose sweep is tuned to tasks' lifetimes and not to an upload paused for a day."""
-    path = Path(settings.MEDIA_ROOT) / "partial"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def part_path(session: UploadSession) -> Path:
-    return partial_dir() / f"{session.id}.part"
-
-
-def lock_path(session: UploadSession) -> Path:
-    return partial_dir() / f"{session.id}.lock"
 
 
 def too_large(length: int) -> Rejected:
@@ -204,25 +187,4 @@ def finish(session: UploadSession) -> intake.Received:
         return received
 
 
-def drop(session: UploadSession) -> None:
-    """Remove a session, its data and its lock file (termination, a refusal, the sweep)."""
-    part_path(session).unlink(missing_ok=True)
-    lock_path(session).unlink(missing_ok=True)
-    UploadSession.objects.filter(pk=session.pk).delete()
-
-
-def sweep(max_age_s: float) -> int:
-    """Remove sessions untouched for `max_age_s` (abandoned, or finished long ago) and files of MEDIA_ROOT/
-    partial that no session owns; the number of sessions removed."""
-    cutoff = timezone.now() - timedelta(seconds=max_age_s)
-    stale = list(UploadSession.objects.filter(updated_at__lt=cutoff))
-    for session in stale:
-        drop(session)
-    known = {str(pk) for pk in UploadSession.objects.values_list("pk", flat=True)}
-    for entry in partial_dir().iterdir():
-        try:
-            if entry.stem not in known and entry.stat().st_mtime < cutoff.timestamp():
-                entry.unlink()
-        except FileNotFoundError:
-            continue
-    return len(stale)
+__all__ = ["drop", "lock_path", "part_path", "partial_dir", "sweep"]  # kept here for callers of the protocol

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from leaderboard import audit, bundles, pipeline
+from leaderboard import audit, bundles, partials, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,13 @@ def reverify_stale() -> int:
 def resume_stuck() -> int:
     """Queue verification of submissions that no live task is working on (e.g. a lost message), and remove
     the scratch files of workers killed mid-way and the chunked uploads abandoned long ago."""
-    from leaderboard import resumable  # here: resumable -> intake -> tasks would be an import cycle
-
     ids = list(pipeline.stuck().values_list("pk", flat=True))
     for pk in ids:
         verify_submission.delay(pk)
     removed = bundles.sweep_tmp(settings.AIPERF_TMP_MAX_AGE_S)
     if removed:
         log.warning("removed %d leftovers of killed workers from MEDIA_ROOT/tmp: %s", len(removed), removed)
-    dropped = resumable.sweep(settings.AIPERF_UPLOAD_SESSION_MAX_AGE_S)
+    dropped = partials.sweep(settings.AIPERF_UPLOAD_SESSION_MAX_AGE_S)
     if dropped:
         log.warning("removed %d chunked uploads untouched for AIPERF_UPLOAD_SESSION_MAX_AGE_S", dropped)
     return len(ids)

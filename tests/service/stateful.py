@@ -20,6 +20,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+import tests.service.schemathesis_hooks  # noqa: F401 - the upload chunks' media type
+
 Check = Callable[[Any, Any, Any], bool | None]
 
 

@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("AIPERF_FUZZ_EXAMPLES", "6"))  # per operation and phase
 SEED = os.environ.get("AIPERF_FUZZ_SEED", "15")
-SCENARIOS = int(os.environ.get("AIPERF_STATEFUL_SCENARIOS", "20"))  # per stateful run
+SCENARIOS = int(os.environ.get("AIPERF_STATEFUL_SCENARIOS", "25"))  # per stateful run
 STEPS = int(os.environ.get("AIPERF_STATEFUL_STEPS", "15"))  # at most, per scenario
 ARTIFACTS = REPO / "test-artifacts"
 TABLES = [f"leaderboard_{m}" for m in ("site", "sitekey", "system", "acceleratorpeak", "witnesskey", "runattempt",
@@ -106,7 +106,9 @@ def fuzz(stack: Stack, name: str, *headers: str, phases: str = "examples,coverag
     for header in headers:
         argv += ["--header", header]
     out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"})
+                         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120",
+                              "SCHEMATHESIS_HOOKS": "tests.service.schemathesis_hooks",
+                              "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / f"schemathesis-{name}.txt").write_text(out.stdout + out.stderr)
     cases = re.search(r"(\d+) generated", out.stdout)

@@ -7,7 +7,9 @@ the served schema through Django's WSGI app: about 3 s.
   `check` the documented error answers require;
 - /api/v1/witness/ answers null fingerprints before a witness key exists;
 - a run's receipts were documented as a page (with page, page_size, ordering) that the view never gave,
-  and without their 404 (seen in the stateful run along the schema's links).
+  and without their 404 (seen in the stateful run along the schema's links);
+- a NUL in a parameter a view reads itself (`?edition=`, `?rules=`) reached PostgreSQL: a 500
+  (DataError) where a 400 belongs (server/nul.py; seen in the stateful run).
 """
 
 from __future__ import annotations
@@ -94,3 +96,10 @@ def test_receipts_are_a_plain_list(schema):
     other = call(schema, "/api/v1/runs/{run_id}/receipts/", "GET", path_parameters=path,
                  headers={"Authorization": f"Token {b.token}"})
     assert other.status_code == 404 and other.json()["check"] == "run"  # documented now, and valid
+
+
+@pytest.mark.parametrize("query", [{"edition": "p7\x00"}, {"rules": "\x00", "format": "csv"}])
+def test_a_nul_in_a_parameter_is_a_bad_request(schema, query):
+    refused = call(schema, "/api/v1/leaderboard/", "GET", query=query)
+    assert refused.status_code == 400 and refused.json()["check"] == "request"
+    assert "NUL" in refused.json()["detail"]

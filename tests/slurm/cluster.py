@@ -38,13 +38,15 @@ def slurm(conf: Path, *argv: str, check: bool = True, timeout: float = 60) -> st
     return proc.stdout
 
 
-def sacct(conf: Path, job_id: str, timeout: float = 20) -> dict[str, tuple[str, str]]:
+def sacct(conf: Path, job_id: str, timeout: float = 20, name: str | None = None) -> dict[str, tuple[str, str]]:
     """{job or step id: (name, state)} as `sacct` lists them, once it lists the job at all (the
     controller hands records to slurmdbd a moment after the fact); {} when it never does.
-    Needs accounting: `require_accounting` first."""
+    `name`: only the job of that name (a test cluster restarted from scratch hands out job ids
+    again, and sacct lists every job that had the id). Needs accounting: `require_accounting` first."""
     deadline = time.monotonic() + timeout
+    by_name = ["--name", name] if name else []
     while True:
-        out = slurm(conf, "sacct", "-n", "-P", "-j", job_id, "--format=JobID,JobName,State", check=False)
+        out = slurm(conf, "sacct", "-n", "-P", "-j", job_id, *by_name, "--format=JobID,JobName,State", check=False)
         # A state may say by whom ("CANCELLED by 0"): its first word.
         rows = {i: (n, (s.split() or [""])[0])
                 for i, n, s in (line.split("|") for line in out.splitlines() if line.count("|") == 2)}

@@ -32,5 +32,5 @@ def test_jobs_of_a_lost_controller_are_cancelled(one_node: Path, tmp_path: Path)
     # Once squeue has forgotten a job, its end is read from sacct (or, without accounting, the job
     # completion log): here sacct's, which lists the job.
     job_id = (specs[1].trial_dir / "slurm-1.jobid").read_text().strip()
-    assert sacct(one_node, job_id)[job_id] == (new.job_name("t0001"), "CANCELLED")
+    assert sacct(one_node, job_id, name=new.job_name("t0001"))[job_id] == (new.job_name("t0001"), "CANCELLED")
     assert new.final_state(job_id, "t0001") == {"state": "CANCELLED", "reason": ""}

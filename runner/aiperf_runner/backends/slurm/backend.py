@@ -371,12 +371,16 @@ class SlurmBackend(Backend):
     def final_state(self, job_id: str, trial_id: str) -> dict[str, str] | None:
         """The end state of a job squeue has forgotten: sacct when accounting is on, else the job
         completion log when it is a text file this process can read."""
+        name = self.job_name(trial_id)
         try:
-            out = run_slurm(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode"])
-            line = out.strip().splitlines()[0] if out.strip() else ""
-            if line:
-                return {"state": line.split("|")[0].split()[0], "reason": ""}
-        except (SlurmError, IndexError):
+            # By id and name: a job id can come back (a cluster whose state was reset, several
+            # clusters on one database), and then sacct lists every job that had it.
+            out = run_slurm(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobName,State"])
+            for line in out.splitlines():
+                job_name, _, state = line.partition("|")
+                if job_name == name and state.split():
+                    return {"state": state.split()[0], "reason": ""}
+        except SlurmError:
             pass
         try:
             config = run_slurm(["scontrol", "show", "config"])
@@ -392,7 +396,6 @@ class SlurmBackend(Backend):
                 tail = fh.read().decode(errors="replace")
         except OSError:
             return None
-        name = self.job_name(trial_id)
         for line in reversed(tail.splitlines()):
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
             if fields.get("JobId") == job_id and fields.get("Name") == name:
