@@ -29,7 +29,7 @@ from django.utils import timezone
 from leaderboard import intake, limits
 from leaderboard.errors import Rejected
 from leaderboard.models import Site, Submission, UploadSession
-from leaderboard.partials import drop, lock_path, part_path, partial_dir, sweep
+from leaderboard.partials import drop, lock_path, part_path
 
 log = logging.getLogger(__name__)
 
@@ -186,5 +186,3 @@ def finish(session: UploadSession) -> intake.Received:
         lock_path(session).unlink(missing_ok=True)  # a later request sees the submission before it writes
         return received
 
-
-__all__ = ["drop", "lock_path", "part_path", "partial_dir", "sweep"]  # kept here for callers of the protocol

@@ -14,7 +14,7 @@ from rest_framework import permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import limits, resumable
+from leaderboard import limits, partials, resumable
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
 from leaderboard.models import Site, UploadSession
@@ -185,5 +185,5 @@ class UploadView(TusView):
         """Give up the upload: its bytes are removed (tus termination)."""
         session = self.session(request, pk)
         with resumable.locked(session):
-            resumable.drop(session)
+            partials.drop(session)
         return Response(status=status.HTTP_204_NO_CONTENT, headers=TUS)
