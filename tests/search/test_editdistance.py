@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
 import pytest
 from aiperf_runner.search.editdistance import DescriptorBank, describe, edit_distance
-from aiperf_runner.search.morphism import deeper, random_morphism, skip
+from aiperf_runner.search.morphism import deeper, random_morphism, skip, wider
 from aiperf_runner.search.seeds import resnet50, small_resnet
 
 
@@ -21,10 +22,23 @@ def _naive(a, b, sub):
     return d[-1, -1]
 
 
-def _layer_sub(x, y):  # NNI's layer_distance / attribute_difference
+def _layer_sub(x, y):  # NNI's layer_distance / attribute_difference; between convs, the largest difference
     if x[0] != y[0]:
         return 1.0
-    return sum(abs(u - v) / max(u, v) if max(u, v) > 0 else 0.0 for u, v in zip(x[1:], y[1:], strict=True)) / 3
+    rel = [abs(u - v) / max(u, v) if max(u, v) > 0 else 0.0 for u, v in zip(x[1:], y[1:], strict=True)]
+    if x[0] == "conv2d":
+        return max(min(1.0, abs(math.log2(x[1] / y[1]))), *rel[1:])
+    return sum(rel) / 3
+
+
+def test_doubling_a_conv_is_as_far_as_inserting_one():
+    g = small_resnet()
+    first_conv = next(i for i, layer in enumerate(g.layers) if layer.type == "conv2d")
+    wide = wider(g, first_conv)[0]
+    deep = deeper(g, rng=random.Random(0))[0]
+    d_wide, d_deep = edit_distance(describe(wide), describe(g)), edit_distance(describe(deep), describe(g))
+    assert d_deep == pytest.approx(1.0)
+    assert d_wide >= d_deep  # NNI's cost put it at 1/6 per doubled conv: UCB never chose a wider child
 
 
 def _skip_sub(x, y):  # NNI's skip_connection_distance
@@ -110,6 +124,8 @@ def test_graphs_without_skip_connections():
 
     bank = DescriptorBank()
     bank.add(describe(plain(4)))
-    assert bank.distances([describe(plain(4)), describe(plain(8))]).tolist() == [[0.0], [pytest.approx(1 / 6)]]
+    # one conv doubled: as far as one conv inserted (see _token_cost)
+    assert bank.distances([describe(plain(4)), describe(plain(8))]).tolist() == [[0.0], [pytest.approx(1.0)]]
+    assert bank.distances([describe(plain(6))]).tolist() == [[pytest.approx(math.log2(6 / 4))]]
     with_skip = describe(small_resnet())
     assert bank.distances([with_skip])[0, 0] > 3
