@@ -53,8 +53,10 @@ def run(
     backend: str = typer.Option("local", "--backend", help="Where trials run: local, slurm (a job per trial), "
                                                            "slurm-steps (inside one allocation: a job step per "
                                                            "trial), or an installed plugin."),
-    devices_per_slot: int = typer.Option(1, "--devices-per-slot", min=1,
-                                         help="Devices (DDP processes) per slot: GPUs with CUDA, processes on CPU."),
+    devices_per_slot: int = typer.Option(0, "--devices-per-slot", min=0, show_default=False,
+                                         help="Devices (DDP processes) per slot: GPUs with CUDA (default 1), "
+                                              "processes of one thread each on CPU (default: the cores shared "
+                                              "out between the slots, so that one slot uses the whole machine)."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, tf32, bf16 or fp16 (autocast)."),
     data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet)."),
     stage_data: str = typer.Option(None, "--stage-data", metavar="DIR",

@@ -149,8 +149,9 @@ class Controller:
         lock_fh = lock(run_dir)
         try:
             backend = load_backend(config.backend)(run_dir, slots=config.slots,
-                                                   devices_per_slot=config.devices_per_slot,
+                                                   devices_per_slot=config.devices_per_slot or None,
                                                    **config.backend_options)
+            config.devices_per_slot = backend.devices_per_slot  # as the backend resolved its default
             slots = backend.slots()
             if not slots:
                 raise ControllerError(f"backend {config.backend!r} offers no slot")
@@ -210,6 +211,7 @@ class Controller:
             unlock(lock_fh, run_dir)
             raise
         self._start_proposers()
+        self._prepare_backend()
         # Candidates for the whole first wave are made before the clock starts: no slot starts idle.
         self.buffer.wait_ready(len(self.slots), timeout=max(120.0, 0.1 * len(self.slots)))
         witnessed = {"token": token["token"]} if token else {}
@@ -263,6 +265,7 @@ class Controller:
             unlock(lock_fh, run_dir)
             raise
         self._start_proposers()
+        self._prepare_backend()
         self._log("run_resumed", run_id=run_json["run_id"])
         self.keeper = WeightKeeper(run_dir, state, self._log, keep_share(config.preset), state.token is not None,
                                    beacons=retention.beacon_of)
@@ -304,6 +307,16 @@ class Controller:
         start = getattr(self.hparams, "start", None)
         if start is not None:
             start(ready_target(len(self.slots)))
+
+    def _trial_argv(self) -> tuple[str, ...]:
+        return (sys.executable, "-m", self.config.trial_module)
+
+    def _prepare_backend(self) -> None:
+        """The backend's start-up work (a warm-start process) before the clock starts, not inside the run."""
+        self.backend.prepare(self._trial_argv())
+        note = getattr(self.backend, "zygote_note", "")
+        if note:
+            self._say(f"attempts start cold: {note}")
 
     @property
     def deadline(self) -> float:
@@ -508,8 +521,8 @@ class Controller:
     def _launch(self, tr: TrialState, slot: Slot) -> bool:
         attempt = tr.last_attempt + 1
         trial_dir = self.run_dir / "trials" / tr.trial
-        argv = (sys.executable, "-m", self.config.trial_module, str(trial_dir.resolve()),
-                "--attempt", str(attempt), "--nproc", str(slot.devices_per_node))
+        argv = (*self._trial_argv(), str(trial_dir.resolve()), "--attempt", str(attempt),
+                "--nproc", str(slot.devices_per_node))
         spec = LaunchSpec(trial_id=tr.trial, attempt=attempt, argv=argv, trial_dir=trial_dir,
                           stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
         try:

@@ -22,7 +22,7 @@ class RunConfig:
     slots: int | None = 1  # None: as many as the backend offers (SLURM: the nodes available)
     duration_s: float = 300.0
     backend: str = "local"
-    devices_per_slot: int = 1
+    devices_per_slot: int = 0  # 0: the backend's default (local on CPU: the cores shared out between the slots)
     precision: str = "fp32"
     data: str | None = None
     stage_data: str | None = None  # run --stage-data: node-local directory (`%n`: the node) the data is copied to
@@ -53,8 +53,8 @@ class RunConfig:
     def check(self) -> None:
         if self.slots is not None and self.slots < 1:
             raise ControllerError("--slots must be at least 1")
-        if self.devices_per_slot < 1:
-            raise ControllerError("--devices-per-slot must be at least 1")
+        if self.devices_per_slot < 0:
+            raise ControllerError("--devices-per-slot must be at least 1 (or 0: the backend's default)")
         if self.duration_s <= 0:
             raise ControllerError("--duration must be positive")
         if self.max_retries < 0:
@@ -71,4 +71,5 @@ class RunConfig:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # A run.json written before the default was resolved at the start ran one device per slot.
+        return cls(**{"devices_per_slot": 1, **{k: v for k, v in data.items() if k in known}})

@@ -7,6 +7,7 @@ backend cannot run here, e.g. no SLURM daemons). The flags say what the suite ma
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,14 @@ def _make_local(run_dir: Path, slots: int) -> Backend:
     return load_backend("local")(run_dir, slots=slots, devices_per_slot=1, device_type="cpu")
 
 
+def _make_local_warm(run_dir: Path, slots: int) -> Backend:
+    """Attempts forked by the warm-start zygote (backends/zygote.py), as runs on CPU have them."""
+    backend = load_backend("local")(run_dir, slots=slots, devices_per_slot=1, device_type="cpu")
+    backend.prepare((sys.executable, "-m", "tests.backends.fake_trial"))
+    assert backend.warm_start, backend.zygote_note
+    return backend
+
+
 def _make_inprocess(run_dir: Path, slots: int) -> Backend:
     return load_backend("inprocess")(run_dir, slots=slots)
 
@@ -37,6 +46,7 @@ def _make_sim(run_dir: Path, slots: int) -> Backend:
 
 BACKEND_CASES: dict[str, BackendCase] = {
     "local": BackendCase(_make_local),
+    "local-warm": BackendCase(_make_local_warm),
     "inprocess": BackendCase(_make_inprocess, processes=False, captures_output=False, applies_env=False),
     "sim": BackendCase(_make_sim, processes=False, captures_output=False, applies_env=False),
 }

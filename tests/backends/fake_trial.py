@@ -4,7 +4,8 @@
 
 MODE: `ok` writes OUT_DIR/done and exits 0; `fail` exits 3; `sleep` records its pid (and the pid of
 a child it starts, to check that cancel takes the whole tree) and sleeps until killed or cancelled;
-`env` writes the value of $FAKE_TRIAL_VAR to OUT_DIR/env. Under the inprocess backend `main` gets
+`env` writes the value of $FAKE_TRIAL_VAR to OUT_DIR/env; `facts` writes OUT_DIR/facts.json (pid,
+session, cwd, argv, stdin...: how it was started); `exit N` exits with status N by SystemExit. Under the inprocess backend `main` gets
 a `cancel` event and returns when it is set.
 """
 
@@ -32,6 +33,17 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
     if mode == "env":
         (out_dir / "env").write_text(os.environ.get("FAKE_TRIAL_VAR", ""))
         return 0
+    if mode == "facts":  # what a started program can see of how it was started
+        import json
+
+        facts = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
+                 "cwd": os.getcwd(), "argv": sys.argv[1:], "name": __name__, "stdin": os.readlink("/proc/self/fd/0"),
+                 "var": os.environ.get("FAKE_TRIAL_VAR"), "torch_loaded": "torch" in sys.modules,
+                 "threads": len(os.listdir("/proc/self/task"))}
+        (out_dir / "facts.json").write_text(json.dumps(facts))
+        return 0
+    if mode == "exit":
+        sys.exit(int(argv[2]) if argv is not None else int(sys.argv[3]))
     if mode == "sleep":
         if cancel is None:  # a real process: leave a child to prove the whole tree is killed
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,20 @@ def test_every_backend_reads_them_alike(cls: type, tmp_path: Path) -> None:
     backend = cls(tmp_path, slots="3", devices_per_slot=2, device_type="cpu")
     assert (backend.requested_slots, backend.devices_per_slot) == (3, 2)
     backend = cls(tmp_path, device_type="cpu")
-    assert (backend.requested_slots, backend.devices_per_slot) == (None, 1)
+    # local on CPU: one slot uses the machine's cores, a process each (LocalBackend's own default)
+    default = max(1, len(os.sched_getaffinity(0))) if cls is LocalBackend else 1
+    assert (backend.requested_slots, backend.devices_per_slot) == (None, default)
     with pytest.raises(ValueError, match="devices_per_slot must be at least 1"):
         cls(tmp_path, devices_per_slot=0, device_type="cpu")
+
+
+def test_local_cpu_slots_share_the_cores_as_processes(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    for slots in (1, 2, 3):
+        backend = LocalBackend(tmp_path, slots=slots, device_type="cpu")
+        assert backend.devices_per_slot == max(1, cores // slots)
+        assert backend.threads == max(1, cores // (slots * backend.devices_per_slot))
+    assert LocalBackend(tmp_path, slots=1, devices_per_slot=1, device_type="cpu").devices_per_slot == 1
 
 
 def test_what_the_backends_make_of_them(tmp_path: Path) -> None:

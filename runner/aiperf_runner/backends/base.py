@@ -123,6 +123,12 @@ class Backend(abc.ABC):
         """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
         return {}
 
+    def prepare(self, trial_argv: tuple[str, ...]) -> None:
+        """Called once before the run's clock starts (and on resume), with the trial program's
+        command without its per-attempt arguments: whatever makes the first attempts start at once
+        (the local backend's warm-start process, zygote.py) is done here, not inside the run."""
+        return None
+
     def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
         """Wait up to `timeout` seconds for news: the attempts that appended to their trial's
         `events.jsonl` or ended since the last call (an empty set when none did in time).

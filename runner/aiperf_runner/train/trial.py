@@ -49,7 +49,7 @@ from aiperf_runner.spec.replay import Replay
 from .builder import build_module
 from .config import TrialConfig, TrialError
 from .cpubind import bind_rank, format_cpulist, worker_init
-from .data import Normalizer, TrialData, build_data, default_workers
+from .data import DataSpec, Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
 from .lrscale import CosineSchedule, LrScaling
@@ -57,6 +57,9 @@ from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
 
 EVENTS = "events.jsonl"
+# Imported on first use by every attempt (torch.optim imports torch._dynamo: over a CPU-second);
+# a warm-start zygote (backends/zygote.py) imports them once, before it forks attempts.
+WARM_IMPORTS = ("torch._dynamo", "safetensors.torch", "numpy.random")
 CHECKPOINT_FORMAT = "aiperf-checkpoint/1"
 SPAWN_GRACE_S = 15.0  # after one spawned rank fails, how long the others get to finish logging
 MOMENTUM = 0.9
@@ -451,6 +454,20 @@ def _failure_text(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
+def _start_method(trial_dir: Path) -> str:
+    """fork on CPU: the ranks share this process's imports and data (seconds of start-up each,
+    against trials of seconds on small CPU presets); nothing here has started a thread or touched a
+    device yet. spawn on CUDA, which a forked child cannot initialise after its parent did."""
+    import json
+
+    try:
+        device_type = json.loads((trial_dir / "trial.json").read_text()).get("device_type", "cpu")
+    except (OSError, ValueError, AttributeError):
+        device_type = "cuda"  # unknown: the safe way; the rank reports the bad trial.json itself
+    forkable = len(os.listdir("/proc/self/task")) == 1 if os.path.isdir("/proc/self/task") else False
+    return "fork" if device_type == "cpu" and forkable else "spawn"
+
+
 def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
     """Run `nproc` processes of this trial on this machine (DDP over localhost)."""
     import torch.multiprocessing as mp
@@ -459,7 +476,7 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
     before = sum(1 for _ in iter_events(events, allow_partial_tail=True)) if events.exists() else 0
     try:
         context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, free_port()),
-                                     nprocs=nproc, join=False, start_method="spawn")
+                                     nprocs=nproc, join=False, start_method=_start_method(trial_dir))
         _join_spawned(context, SPAWN_GRACE_S)
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank failed; make sure the log says so
@@ -474,6 +491,30 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         return 1
+
+
+# ---- warm start ---------------------------------------------------------------------------------
+
+def warm_up(run_dir: Path) -> None:
+    """What every attempt of the run at `run_dir` would load for itself, loaded once in the
+    zygote that forks them (backends/zygote.py): the lazy imports, and the smoke data set, which
+    each attempt would otherwise generate (it is kept per process by `smoke_tensors`)."""
+    import importlib
+    import json
+
+    for name in WARM_IMPORTS:
+        importlib.import_module(name)
+    try:
+        dataset = json.loads((Path(run_dir) / "run.json").read_text())["dataset"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if isinstance(dataset, dict) and dataset.get("name") == "smoke":
+        from .data import smoke_tensors
+
+        spec = DataSpec.from_trial({"dataset": dataset})
+        assert spec.train_images is not None and spec.val_images is not None
+        smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
+        smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
 
 
 # ---- command line -------------------------------------------------------------------------------
