@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
+from aiperf_runner.spec import spread as spec_spread
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -180,17 +181,38 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
         return result_page_url(self.context.get("request"), result.pk)
 
 
+class KnownSpreadSerializer(serializers.Serializer):
+    """One measurement of bench/reproducibility.py (spec/spread.py)."""
+
+    preset = serializers.CharField()
+    duration_s = serializers.FloatField()
+    slots = serializers.IntegerField()
+    runs = serializers.IntegerField()
+    score_cv = serializers.FloatField()
+    regulated_cv = serializers.FloatField()
+    machine = serializers.CharField()
+    measured = serializers.CharField()
+
+
 class ResultDetailSerializer(LeaderboardEntrySerializer):
     series = serializers.JSONField(source="series.points", read_only=True,
                                    help_text="[{t, work, score, regulated, max_accuracy}], t in seconds from run start")
     submission = serializers.IntegerField(source="submission_id", read_only=True)
     status = serializers.CharField(source="submission.status", read_only=True)
+    known_spread = serializers.SerializerMethodField(
+        help_text="how much identical runs of this preset move, as measured (spec/spread.py): {preset, duration_s, "
+                  "slots, runs, score_cv, regulated_cv, machine, measured}; null when not measured for the preset")
 
     class Meta(LeaderboardEntrySerializer.Meta):
         fields = LeaderboardEntrySerializer.Meta.fields + [
             "submission", "status", "run_id", "published", "trials_finished", "epochs", "spec_version",
             "runner_version", "started_at", "report", "series", "audit", "audit_report", "audited_at",
-            "review_reason", "reviewed_at", "reviewed_by"]
+            "review_reason", "reviewed_at", "reviewed_by", "known_spread"]
+
+    @extend_schema_field(KnownSpreadSerializer(allow_null=True))
+    def get_known_spread(self, obj: Result) -> dict[str, Any] | None:
+        known = spec_spread.known_spread(obj.preset, obj.duration_s)
+        return None if known is None else dict(known.__dict__)
 
 
 class TrialSerializer(serializers.ModelSerializer):

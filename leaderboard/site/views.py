@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import aiperf_runner
-from aiperf_runner.spec import SPEC_VERSION, scoring
+from aiperf_runner.spec import SPEC_VERSION, scoring, spread
 from aiperf_runner.spec import rules as spec_rules
 from django.conf import settings
 from django.db.models import Count, Max, Q
@@ -264,6 +264,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "bundle": bool(r.submission.bundle.name), "points": len(points),
         "facts": [
             ("Score", fmt.ops(r.score_ops)), ("Regulated score", fmt.ops(r.regulated_score_ops)),
+            ("Run-to-run spread of the preset", _spread_text(r)),
             ("Best accuracy", fmt.percent(r.max_accuracy, 2)),
             ("Efficiency against peak", fmt.percent(r.efficiency) if r.efficiency is not None else "–"),
             ("Peak at the run's precision", fmt.flops(r.peak_flops)),
@@ -286,6 +287,12 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "nav": "list",
     }
     return render(request, "site/result.html", context)
+
+
+def _spread_text(r: Result) -> str:
+    """How much identical runs of this preset move (spec/spread.py): differences smaller than that say little."""
+    known = spread.known_spread(r.preset, r.duration_s)
+    return known.describe() if known is not None else "not measured for this preset"
 
 
 def _audit_text(r: Result) -> str:

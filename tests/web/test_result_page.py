@@ -128,3 +128,24 @@ def test_result_page_query_count_is_bounded(client, demo_data):
     with CaptureQueriesContext(connection) as ctx:
         client.get(f"/results/{r.pk}")
     assert len(ctx) <= 10
+
+
+def test_the_page_and_the_api_say_the_presets_known_spread(client, demo_data, monkeypatch):
+    from aiperf_runner.spec import spread
+    from leaderboard import listcache
+
+    demo_data(4)
+    r = Result.objects.live().first()
+    html = client.get(f"/results/{r.pk}").content.decode()
+    assert "Run-to-run spread of the preset" in html
+    entry = spread.Spread(r.preset, 60.0, 2, 5, 0.031, 0.029, "a test machine", "2026-12-02")
+    monkeypatch.setattr(spread, "MEASURED", (entry,))
+    listcache.bump()  # a page cached before the table changed would live on for AIPERF_PAGE_CACHE_S
+    html = client.get(f"/results/{r.pk}").content.decode()
+    assert "CV 3.1% of the score, 2.9% of the regulated score" in html
+    assert client.get(f"/api/v1/results/{r.pk}/").json()["known_spread"]["score_cv"] == 0.031
+    monkeypatch.setattr(spread, "MEASURED", ())
+    listcache.bump()
+    assert "not measured for this preset" in client.get(f"/results/{r.pk}").content.decode()
+    assert client.get(f"/api/v1/results/{r.pk}/").json()["known_spread"] is None
+
