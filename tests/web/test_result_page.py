@@ -132,6 +132,7 @@ def test_result_page_query_count_is_bounded(client, demo_data):
 
 def test_the_page_and_the_api_say_the_presets_known_spread(client, demo_data, monkeypatch):
     from aiperf_runner.spec import spread
+
     from leaderboard import listcache
 
     demo_data(4)
