@@ -194,8 +194,9 @@ class LocalBackend(Backend):
         self.cores = cpu_count()
         if device_type == "cpu" and positive_int_option(options, "devices_per_slot") is None:
             # One slot uses the whole machine it is given: a process per core, one thread each. One
-            # process of several intra-op threads ran small models about 0.02x as fast as (53 images/s against 2,200-3,300 on the smoke seed) that whenever anything
-            # else needed a core (each operator waits at a barrier for its slowest thread).
+            # process of two intra-op threads trained the smoke seed at 53 images/s, against 2,200-3,300
+            # with one thread, whenever anything else needed a core (each operator waits at a barrier
+            # for its slowest thread).
             self.devices_per_slot = max(1, self.cores // self.n_slots)
         self.threads = (positive_int_option(options, "threads_per_process")
                         or max(1, self.cores // (self.n_slots * self.devices_per_slot)))
