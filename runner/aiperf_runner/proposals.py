@@ -3,6 +3,10 @@
 All calls into the architecture search happen on the buffer's thread, so the search needs no
 locking; the controller only puts results in and takes candidates out. Each accuracy reaches the
 search paired with the architecture hash of the trial that produced it.
+
+Each candidate comes with what the controller needs of it at once, made on the buffer's side: the
+graph's JSON text (written as the trial's graph.json) and its FLOPs per image under the run's
+rules (for the live score), so the controller's loop neither serialises nor counts a graph.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Any
 
 from aiperf_runner.presets import Preset
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
+from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.presets import KERNEL_SIZE
 
 
 @dataclass
@@ -24,6 +30,18 @@ class Candidate:
     arch_hash: str
     parent_hash: str | None
     morphisms: list[str]
+    text: str = ""  # graph.dumps(): the trial's graph.json
+    flops: tuple[float, float] | None = None  # (train, eval) FLOPs per image under the run's rules, kernel size 3
+
+
+def candidate(proposal: Any, rules: str | None) -> Candidate:
+    """A proposal as the controller takes it: with its graph's JSON text and, given `rules`, its FLOPs."""
+    graph = proposal.graph
+    flops = None
+    if rules is not None:
+        counts = flops_per_image(graph, rules=rules, kernel_size=KERNEL_SIZE)
+        flops = (float(counts.train), float(counts.eval))
+    return Candidate(graph, proposal.arch_hash, proposal.parent_hash, list(proposal.morphisms), graph.dumps(), flops)
 
 
 BATCH_MAX = 32  # candidates asked of the search at once, when it offers `propose_batch`
@@ -44,8 +62,9 @@ class ProposalBuffer:
     slots.
     """
 
-    def __init__(self, search: ArchitectureSearcher, target: int) -> None:
+    def __init__(self, search: ArchitectureSearcher, target: int, rules: str | None = None) -> None:
         self.search = search
+        self.rules = rules  # with rules, each candidate carries its FLOPs per image under them
         self.target = max(1, target)
         self.floor = 0  # more than `target` kept ready while the first wave is made (`wait_ready`)
         self._ready: deque[Candidate] = deque()
@@ -90,8 +109,7 @@ class ProposalBuffer:
                     self.exhausted = True
                 for proposal in proposals:
                     self.proposals += 1
-                    self._ready.append(Candidate(proposal.graph, proposal.arch_hash, proposal.parent_hash,
-                                                 list(proposal.morphisms)))
+                    self._ready.append(proposal)
                 self._cond.notify_all()
 
     def _wanted(self) -> int:
@@ -103,12 +121,14 @@ class ProposalBuffer:
             return shortfall
         return 0
 
-    def _propose(self, want: int) -> list[Any]:
+    def _propose(self, want: int) -> list[Candidate]:
         batch = getattr(self.search, "propose_batch", None)
         if batch is not None and want > 1:
-            return list(batch(min(want, BATCH_MAX)))
-        proposal = self.search.propose()
-        return [] if proposal is None else [proposal]
+            found = list(batch(min(want, BATCH_MAX)))
+        else:
+            proposal = self.search.propose()
+            found = [] if proposal is None else [proposal]
+        return [candidate(p, self.rules) for p in found]
 
     def observe(self, arch_hash: str, accuracy: float) -> None:
         with self._cond:
