@@ -51,6 +51,7 @@ from aiperf_runner.runconfig import RunConfig
 from aiperf_runner.runstate import RunState
 from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.runio import RunDir
 from aiperf_runner.spec.scoring import score_run
 
 TICK_S = os.sysconf("SC_CLK_TCK")
@@ -116,9 +117,37 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         controller.run()
     tpe = getattr(controller.hparams, "tpe", None)
     return {"threads_cpu_s": clock.cpu, "process_cpu_s": time.process_time() - cpu0, "wall_s": time.time() - wall0,
+            "flops_per_s": options["flops_per_s"],
             "proposals": buffer.proposals, "propose_s": buffer.propose_seconds, "created_at": wall0,
             "hparam_fallbacks": getattr(controller.hparams, "fallbacks", 0),
+            "search_process_cpu_s": buffer.search_process_cpu_s,
             "tpe_asks": getattr(tpe, "asks", 0), "tpe_ask_s": getattr(tpe, "ask_seconds", 0.0)}
+
+
+def cut_at_end(state: RunState, run: RunDir, rules: str, flops_per_s: float) -> tuple[float, float, float]:
+    """What the run's end cut short: (slot seconds inside epochs the cancellation ended, the work
+    those seconds did pro rata, the mean train FLOPs per image of the trials cancelled). The rate
+    is the trial's own (work per second of its logged epochs), else the slot's nominal speed
+    (a straggler's first epoch: overcounted)."""
+    seconds = work = flops = 0.0
+    cancelled = 0
+    for tr in state.trials.values():
+        for att in tr.attempts:
+            if att.outcome != "cancelled" or att.ended is None:
+                continue
+            mine = [e for e in tr.epochs.values() if e.get("attempt") == att.attempt]
+            cut = att.ended - max([float(e["ended_at"]) for e in mine], default=att.started)
+            counts = run.trial_flops(tr.trial, rules)
+            logged = list(tr.epochs.values())
+            epoch_work = (counts.train * (logged[0]["images_trained"] if logged else 0)
+                          + counts.eval * (logged[0]["images_evaluated"] if logged else 0))
+            rate = (epoch_work / (sum(float(e["seconds"]) for e in logged) / len(logged))
+                    if logged else flops_per_s * att.devices)
+            seconds += max(cut, 0.0)
+            work += max(cut, 0.0) * rate
+            flops += counts.train
+            cancelled += 1
+    return seconds, work, flops / max(cancelled, 1)
 
 
 def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]:
@@ -131,11 +160,16 @@ def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]
     mean_len = sum(a.ended - a.started for a in ended) / len(ended) if ended else float("nan")
     threads = inside["threads_cpu_s"]
     series = score_run(run_dir)
+    run = RunDir(run_dir)
+    cut_s, cut_work, end_flops = cut_at_end(state, run, series.rules, inside["flops_per_s"])
+    seed = state.trials.get("t0000")
+    seed_flops = run.trial_flops(seed.trial, series.rules).train if seed is not None else float("nan")
     return {
         "slots": slots, "span_s": span, "utilisation": state.slot_utilisation() or 0.0,
         "attempts_ended": len(ended), "trials_proposed": len(state.trials),
         "controller_cpu_s": threads.get("MainThread", 0.0),
-        "search_cpu_s": threads.get("proposal-buffer", 0.0) + threads.get("tpe-proposer", 0.0),
+        "search_cpu_s": (threads.get("proposal-buffer", 0.0) + threads.get("tpe-proposer", 0.0)
+                         + inside.get("search_process_cpu_s", 0.0)),
         "tpe_cpu_s": threads.get("tpe-proposer", 0.0), "tpe_asks": inside.get("tpe_asks", 0),
         "tpe_ask_s_mean": inside.get("tpe_ask_s", 0.0) / max(inside.get("tpe_asks", 0), 1),
         "hparam_fallbacks": inside.get("hparam_fallbacks", 0),
@@ -146,6 +180,8 @@ def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]
         "delivered_per_s": inside["proposals"] / span, "propose_s_mean": inside["propose_s"] / max(inside["proposals"], 1),
         "log_bytes_per_s": (run_dir / "events.jsonl").stat().st_size / span,
         "score": series.score, "score_per_slot": series.score / slots,
+        "cut_share": cut_s / (slots * span), "score_per_slot_pro_rata": (series.work + cut_work) / span / slots,
+        "end_flops_x_seed": end_flops / seed_flops,
         "first_wave_s": state.started_at - inside["created_at"],
     }
 
@@ -179,11 +215,11 @@ def child_argv(args: argparse.Namespace, slots: int, run_dir: Path, inside: Path
             "--seed", str(args.seed)]
 
 
-def print_row(row: dict[str, Any], base: float | None) -> None:
-    rel = row["score_per_slot"] / base if base else float("nan")
+def print_row(row: dict[str, Any], base: dict[str, Any]) -> None:
     print(f"{row['slots']:>6} {row['utilisation']:>7.2%} {row['ctl_s_per_trial'] * 1000:>9.2f} ms "
           f"{row['search_cpu_s']:>8.1f} {row['sim_cpu_s']:>7.1f} {row['demand_per_s']:>9.1f} {row['delivered_per_s']:>8.1f} "
-          f"{row['log_bytes_per_s'] / 1024:>9.1f} {rel:>11.3f} {row['first_wave_s']:>7.1f}", flush=True)
+          f"{row['log_bytes_per_s'] / 1024:>9.1f} {row['score_per_slot_rel']:>10.3f} {row['pro_rata_rel']:>8.3f} "
+          f"{row['cut_share']:>6.1%} {row['end_flops_x_seed']:>6.1f} {row['first_wave_s']:>7.1f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
           f"(seed architecture), {args.duration:g} s per scale, failures {args.failure_rate:g}, stragglers "
           f"{args.straggler_rate:g}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     print(f"{'slots':>6} {'util':>7} {'ctl/trial':>12} {'search s':>8} {'sim s':>7} {'demand/s':>9} {'deliv/s':>8} "
-          f"{'log KiB/s':>9} {'score/slot':>11} {'prep s':>7}")
-    rows, base = [], None
+          f"{'log KiB/s':>9} {'score/slot':>10} {'pro rata':>8} {'cut':>6} {'x seed':>6} {'prep s':>7}")
+    rows: list[dict[str, Any]] = []
+    base: dict[str, Any] | None = None
     for slots in scales:
         run_dir, inside = work / f"s{slots}", work / f"s{slots}.json"
         try:
@@ -211,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{slots:>6} FAILED (exit status {done.returncode})", flush=True)
             continue
         row = measure(run_dir, json.loads(inside.read_text()), slots)
-        base = base or row["score_per_slot"]
-        row["score_per_slot_rel"] = row["score_per_slot"] / base
+        base = base or row
+        row["score_per_slot_rel"] = row["score_per_slot"] / base["score_per_slot"]
+        row["pro_rata_rel"] = row["score_per_slot_pro_rata"] / base["score_per_slot_pro_rata"]
         rows.append(row)
         print_row(row, base)
         print(f"{'':>6} hyper-parameters: {row['hparam_sources']}; TPE asks {row['tpe_asks']} "

@@ -51,7 +51,7 @@ from typing import Any
 from aiperf_runner import __version__, checkpoints, privacy, stagedata
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
-from aiperf_runner.proposals import Candidate, ProposalBuffer, make_search, ready_target
+from aiperf_runner.proposals import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.runconfig import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
 from aiperf_runner.runlock import LOCK_FILE, controller_alive, lock, unlock
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
@@ -124,7 +124,8 @@ class Controller:
         self._lock_fh = lock_fh
         self.progress = progress
         self.slots = backend.slots()
-        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)), rules=config.rules)
+        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)), rules=config.rules,
+                                     process=len(self.slots) >= SEARCH_PROCESS_MIN_SLOTS)
         self._prepared: deque[_Prepared] = deque()  # the first wave, written before the clock
         self._trials_root = (run_dir / "trials").resolve()
         self.running: dict[int, Running] = {}  # slot index -> attempt
@@ -597,22 +598,28 @@ class Controller:
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         cancel_reason = "duration" if reason == "duration" else "stop"
-        for slot_index, run in list(self.running.items()):
+        # Every attempt is stopped first, then each is logged: the time from the end of the run to
+        # run_finished (which counts in the score's time and in no slot's work) is one pass of log
+        # lines, not of cancellations and file deletions (thousands of slots: seconds).
+        running = list(self.running.items())
+        for _slot_index, run in running:
             try:
                 run.handle.cancel()
             except Exception as exc:  # noqa: BLE001
                 self._say(f"{run.trial.trial}: cancel failed: {exc}")
+        for slot_index, run in running:
             self._copy_epochs(run.trial, self._tail(run.trial.trial))
             self._log("trial_cancelled", trial=run.trial.trial, attempt=run.attempt, reason=cancel_reason)
-            # A trial cancelled just after writing its weights did not finish: they count for nothing.
-            (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
-            checkpoints.drop(self.run_dir / "trials" / run.trial.trial)
             self.hparams.tell(run.trial.trial, None)
             self._release(slot_index)
         fields = {"reason": reason}
         if error:
             fields["error"] = error
         self._log("run_finished", **fields)
+        # A trial cancelled just after writing its weights did not finish: they count for nothing.
+        # (Their checkpoints go below, with every other trial's.)
+        for _slot_index, run in running:
+            (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
         self._report_progress(force=True)
         try:
             if self.witnessed_log is not None:

@@ -131,3 +131,61 @@ def test_the_weight_keeper_follows_the_best_trial_without_scanning(tmp_path: Pat
         ("weights_kept", "t0004", "unwitnessed")]
     assert ("weights_dropped", "t0003", "superseded") in logged and ("weights_dropped", "t0001", "superseded") in logged
     assert {t for t, tr in state.trials.items() if tr.weights == "kept"} == {"t0004"}
+
+
+def test_the_search_in_a_process_of_its_own_proposes_and_learns() -> None:
+    """With `process=True` the search runs in a child process (searchprocess.py): candidates come
+    back with their graph's JSON and FLOPs, results reach it, and stop() ends the process."""
+    from aiperf_runner.spec.flops import flops_per_image
+
+    buffer = ProposalBuffer(ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4),
+                            target=4, rules="v2", process=True).start()
+    try:
+        assert buffer._host is not None
+        buffer.wait_ready(10, timeout=60)
+        first = [buffer.take() for _ in range(10)]
+        assert all(c is not None for c in first)
+        for i, c in enumerate(first):
+            assert c is not None
+            counts = flops_per_image(c.graph)
+            assert c.flops == (counts.train, counts.eval) and c.text == c.graph.dumps()
+            buffer.observe(c.arch_hash, 0.5 + 0.01 * i)
+        buffer.wait_ready(4, timeout=60)
+        later = [buffer.take() for _ in range(4)]
+        hashes = [c.arch_hash for c in first + later if c is not None]
+        assert len(hashes) == len(set(hashes)) == 14
+        assert buffer.search_process_cpu_s > 0
+        process = buffer._host._process
+    finally:
+        buffer.stop()
+    assert process.returncode == 0
+
+
+def test_a_dead_search_process_is_the_controllers_error() -> None:
+    import pytest
+    from aiperf_runner.proposals import SearchProcessError
+
+    buffer = ProposalBuffer(ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4),
+                            target=4, process=True).start()
+    try:
+        buffer.wait_ready(4, timeout=60)
+        assert buffer._host is not None
+        buffer._host._process.kill()
+        buffer._host._process.wait()
+        with pytest.raises(SearchProcessError, match="died"):
+            for _ in range(100):  # the buffer asks for more once half its target is taken
+                buffer.take()
+                buffer.wait_ready(4, timeout=5)
+    finally:
+        buffer.stop()
+
+
+def test_a_search_that_does_not_pickle_stays_on_the_thread() -> None:
+    search = ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4)
+    search.unpicklable = lambda: None  # type: ignore[attr-defined]
+    buffer = ProposalBuffer(search, target=2, process=True).start()
+    try:
+        buffer.wait_ready(2, timeout=60)
+        assert buffer._host is None and not buffer.process and buffer.take() is not None
+    finally:
+        buffer.stop()

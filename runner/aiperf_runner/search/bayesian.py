@@ -134,6 +134,17 @@ class ArchitectureSearch:
         self._known: set[str] = set()
         self.proposals = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the locks: a search pickles, to run in a process of its own (proposals.py)."""
+        state = self.__dict__.copy()
+        del state["_inbox_lock"], state["_search_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._inbox_lock = threading.Lock()
+        self._search_lock = threading.RLock()
+
     # ---- feeding ------------------------------------------------------------------------------
     @property
     def known_hashes(self) -> frozenset[str]:
