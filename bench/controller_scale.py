@@ -182,6 +182,8 @@ def measure(run_dir: Path, inside: dict[str, Any], slots: int) -> dict[str, Any]
         "score": series.score, "score_per_slot": series.score / slots,
         "cut_share": cut_s / (slots * span), "score_per_slot_pro_rata": (series.work + cut_work) / span / slots,
         "end_flops_x_seed": end_flops / seed_flops,
+        "efficiency": series.score / slots / inside["flops_per_s"],
+        "efficiency_pro_rata": (series.work + cut_work) / span / slots / inside["flops_per_s"],
         "first_wave_s": state.started_at - inside["created_at"],
     }
 
@@ -256,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'':>6} hyper-parameters: {row['hparam_sources']}; TPE asks {row['tpe_asks']} "
               f"(mean {row['tpe_ask_s_mean'] * 1000:.1f} ms, {row['tpe_cpu_s']:.1f} s CPU on its thread), "
               f"inherited for want of a ready point {row['hparam_fallbacks']}", flush=True)
+        print(f"{'':>6} score per slot / the sim's slot speed: {row['efficiency']:.3f}, pro rata "
+              f"{row['efficiency_pro_rata']:.3f}; load average {os.getloadavg()[0]:.1f}", flush=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
     if args.json:

@@ -409,16 +409,14 @@ class ArchitectureSearch:
                         best_acq = max(best_acq, float(a))
             t *= self.anneal
         candidates.sort(key=lambda c: (c[0], c[1]))
-        with self._inbox_lock:
-            known = set(self._known)
         chosen: list[Proposal] = []
         for neg_acq, _, graph, root, ops, details in candidates:
             if len(chosen) >= count:
                 break
             h = graph.hash()
-            if h in known:
-                continue
-            known.add(h)
+            with self._inbox_lock:  # not a copy of every hash proposed so far (tens of thousands)
+                if h in self._known:
+                    continue
             graph.validate()  # morphisms are valid by construction; checked once on each chosen one
             chosen.append(self._accept(h, graph, root, ops, details, -neg_acq))
         return chosen
