@@ -1,5 +1,5 @@
-"""Time to propose the next architecture at 10, 100 and 1,000 results (target < 1 s at 1,000),
-side by side with NNI 3.0's NetworkMorphismTuner at 10 and 50 results.
+"""Time to propose the next architecture at 10, 50, 100, 1,000 and 20,000 results (target < 1 s at
+the largest), side by side with NNI 3.0's NetworkMorphismTuner at 10 and 50 results.
 
 aiperf-runner: `ArchitectureSearch` on the small ResNet seed (32x32, 10 classes). The history is
 pre-filled with N distinct architectures made by random chains of 0-6 morphisms (deeper / wider /
@@ -19,7 +19,7 @@ with a message.
 Both run in one invocation on the same machine; the 1-minute load average is printed, since on a
 shared machine wall times are noisy.
 
-    python bench/search_latency.py                          # 10/50/100/1000 ours, 10/50 NNI (10-20 min)
+    python bench/search_latency.py                          # 10/50/100/1000/20000 ours, 10/50 NNI (10-20 min)
     python bench/search_latency.py --skip-nni
     python bench/search_latency.py --nni-points 10 --nni-proposals 1
 """
@@ -176,7 +176,7 @@ def fmt(times: list[float]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", default="10,50,100,1000", help="result counts for aiperf-runner")
+    ap.add_argument("--points", default="10,50,100,1000,20000", help="result counts for aiperf-runner")
     ap.add_argument("--proposals", type=int, default=5, help="timed proposals per point (aiperf-runner)")
     ap.add_argument("--nni-points", default="10,50")
     ap.add_argument("--nni-proposals", type=int, default=3, help="timed proposals per point (NNI; tens of s each)")

@@ -42,6 +42,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from typing import Any
 from aiperf_runner import __version__, checkpoints, privacy, stagedata
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, load_backend
 from aiperf_runner.presets import epoch_budget, get_preset
-from aiperf_runner.proposals import ProposalBuffer, make_search, ready_target
+from aiperf_runner.proposals import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.runconfig import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
 from aiperf_runner.runlock import LOCK_FILE, controller_alive, lock, unlock
 from aiperf_runner.runstate import INTERRUPTED, RunState, TrialState, read_run_json
@@ -58,6 +59,7 @@ from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.service import Service
 from aiperf_runner.spec import SPEC_VERSION, keys
 from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
+from aiperf_runner.spec.presets import KERNEL_SIZE
 from aiperf_runner.spec.replay import Attempt
 from aiperf_runner.spec.retention import WEIGHTS, RetentionAudit
 from aiperf_runner.spec.runio import RunDir
@@ -88,6 +90,20 @@ class Running:
     handle: TrialHandle
 
 
+@dataclass
+class _Prepared:
+    """A trial whose directory is written and whose proposal is not logged yet (the first wave's,
+    made before the run's clock starts)."""
+
+    trial: str
+    candidate: Candidate
+    parent: str | None
+    hparams: dict[str, Any]
+    source: str
+    round: int
+    budget: int
+
+
 class Controller:
     """One run. Build it with `Controller.create(...)` or `Controller.resume(...)`, then `run()`."""
 
@@ -108,7 +124,10 @@ class Controller:
         self._lock_fh = lock_fh
         self.progress = progress
         self.slots = backend.slots()
-        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)))
+        self.buffer = ProposalBuffer(search, target=ready_target(len(self.slots)), rules=config.rules,
+                                     process=len(self.slots) >= SEARCH_PROCESS_MIN_SLOTS)
+        self._prepared: deque[_Prepared] = deque()  # the first wave, written before the clock
+        self._trials_root = (run_dir / "trials").resolve()
         self.running: dict[int, Running] = {}  # slot index -> attempt
         self._slot_of: dict[TrialHandle, int] = {}  # running handle -> slot index
         self._free = [slot.index for slot in self.slots]  # a heap: the lowest free slot is filled first
@@ -212,8 +231,12 @@ class Controller:
             raise
         self._start_proposers()
         self._prepare_backend()
-        # Candidates for the whole first wave are made before the clock starts: no slot starts idle.
-        self.buffer.wait_ready(len(self.slots), timeout=max(120.0, 0.1 * len(self.slots)))
+        # The whole first wave is made before the clock starts: its candidates, their
+        # hyper-parameters and their trial directories, so that after run_started only the log
+        # lines and the launches remain; and the buffer is full again before the clock, so the
+        # search does not compete with those launches.
+        self.buffer.wait_ready(len(self.slots) + self.buffer.target, timeout=max(120.0, 0.1 * len(self.slots)))
+        self._prepare_first_wave()
         witnessed = {"token": token["token"]} if token else {}
         self._log("run_started", run_id=run_json["run_id"], preset=config.preset, rules=config.rules,
                   slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
@@ -489,20 +512,44 @@ class Controller:
             heapq.heappush(self._free, index)
 
     def _next_trial(self) -> TrialState | None:
-        candidate = self.buffer.take()
-        if candidate is None:
-            return None
-        seq = len(self.state.trials)
+        if self._prepared:
+            prep = self._prepared.popleft()
+        else:
+            candidate = self.buffer.take()
+            if candidate is None:
+                return None
+            prep = self._prepare(candidate, len(self.state.trials), self.state.parent_trial(candidate.parent_hash))
+        candidate = prep.candidate
+        self._log("trial_proposed", trial=prep.trial, arch_hash=candidate.arch_hash, parent=prep.parent,
+                  morphisms=candidate.morphisms, hparams=prep.hparams, hparam_source=prep.source, round=prep.round,
+                  epoch_budget=prep.budget)
+        return self.state.trials[prep.trial]
+
+    def _prepare_first_wave(self) -> None:
+        """Trial directories for every slot, before the clock: the parents of the first wave are
+        trials of the first wave (or none), known here by architecture before any is logged."""
+        trial_of: dict[str, str] = {}
+        for seq in range(len(self.slots)):
+            candidate = self.buffer.take()
+            if candidate is None:
+                break
+            prep = self._prepare(candidate, seq, trial_of.get(candidate.parent_hash or ""))
+            trial_of[candidate.arch_hash] = prep.trial
+            self._prepared.append(prep)
+
+    def _prepare(self, candidate: Candidate, seq: int, parent: str | None) -> _Prepared:
+        """Trial number `seq` made of `candidate`: its hyper-parameters and its directory."""
         trial_id = f"t{seq:04d}"
         round_ = seq // len(self.slots)
-        parent = self.state.parent_trial(candidate.parent_hash)
-        hparams, source = self.hparams.suggest(trial_id, self.state.trials.get(parent or ""), round_)
+        parent_state = self.state.trials.get(parent or "")
+        hparams, source = self.hparams.suggest(trial_id, parent_state if parent_state is not None else parent,
+                                               round_)
         budget = epoch_budget(self.config.epoch_budgets or self.preset.epoch_budgets, round_)
         trial_dir = self.run_dir / "trials" / trial_id
         if trial_dir.exists():  # left by a trial whose lines a crash of the machine lost (group commit)
             shutil.rmtree(trial_dir)
         trial_dir.mkdir(parents=True)
-        (trial_dir / "graph.json").write_text(candidate.graph.dumps())
+        (trial_dir / "graph.json").write_text(candidate.text or candidate.graph.dumps())
         _write_json(trial_dir / "hparams.json", hparams)
         dataset = self.run_json["dataset"]
         _write_json(trial_dir / "trial.json", {
@@ -513,15 +560,17 @@ class Controller:
             "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
             "lr_scaling": self.config.lr_settings(), "cpu_bind": self.config.cpu_bind,
         })
-        self._log("trial_proposed", trial=trial_id, arch_hash=candidate.arch_hash, parent=parent,
-                  morphisms=candidate.morphisms, hparams=hparams, hparam_source=source, round=round_,
-                  epoch_budget=budget)
-        return self.state.trials[trial_id]
+        # The live score counts this trial's epochs with the FLOPs the buffer counted on its side
+        # (the graph file need not be read back, parsed and hashed on the controller's loop).
+        if candidate.flops is not None and (self.config.rules != "v1-compat"
+                                            or hparams.get("kernel_size", KERNEL_SIZE) == KERNEL_SIZE):
+            self._score.known[trial_id] = candidate.flops
+        return _Prepared(trial_id, candidate, parent, hparams, source, round_, budget)
 
     def _launch(self, tr: TrialState, slot: Slot) -> bool:
         attempt = tr.last_attempt + 1
         trial_dir = self.run_dir / "trials" / tr.trial
-        argv = (*self._trial_argv(), str(trial_dir.resolve()), "--attempt", str(attempt),
+        argv = (*self._trial_argv(), str(self._trials_root / tr.trial), "--attempt", str(attempt),
                 "--nproc", str(slot.devices_per_node))
         spec = LaunchSpec(trial_id=tr.trial, attempt=attempt, argv=argv, trial_dir=trial_dir,
                           stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
@@ -562,22 +611,28 @@ class Controller:
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         cancel_reason = "duration" if reason == "duration" else "stop"
-        for slot_index, run in list(self.running.items()):
+        # Every attempt is stopped first, then each is logged: the time from the end of the run to
+        # run_finished (which counts in the score's time and in no slot's work) is one pass of log
+        # lines, not of cancellations and file deletions (thousands of slots: seconds).
+        running = list(self.running.items())
+        for _slot_index, run in running:
             try:
                 run.handle.cancel()
             except Exception as exc:  # noqa: BLE001
                 self._say(f"{run.trial.trial}: cancel failed: {exc}")
+        for slot_index, run in running:
             self._copy_epochs(run.trial, self._tail(run.trial.trial))
             self._log("trial_cancelled", trial=run.trial.trial, attempt=run.attempt, reason=cancel_reason)
-            # A trial cancelled just after writing its weights did not finish: they count for nothing.
-            (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
-            checkpoints.drop(self.run_dir / "trials" / run.trial.trial)
             self.hparams.tell(run.trial.trial, None)
             self._release(slot_index)
         fields = {"reason": reason}
         if error:
             fields["error"] = error
         self._log("run_finished", **fields)
+        # A trial cancelled just after writing its weights did not finish: they count for nothing.
+        # (Their checkpoints go below, with every other trial's.)
+        for _slot_index, run in running:
+            (self.run_dir / "trials" / run.trial.trial / WEIGHTS).unlink(missing_ok=True)
         self._report_progress(force=True)
         try:
             if self.witnessed_log is not None:
@@ -645,7 +700,14 @@ class _LiveScore(ScoreAccumulator):
     """The current score, by spec/scoring.py listening to the controller's state as events are written."""
 
     def __init__(self, run_dir: Path, rules: str, state: RunState) -> None:
-        super().__init__(rules, run_flops_fn(RunDir(run_dir), rules), replay=state)
+        self.known: dict[str, tuple[float, float]] = {}  # trial -> FLOPs per image, counted by the proposer
+        from_files = run_flops_fn(RunDir(run_dir), rules)
+
+        def flops_for(trial: str) -> tuple[float, float] | None:
+            known = self.known.pop(trial, None)
+            return known if known is not None else from_files(trial)
+
+        super().__init__(rules, flops_for, replay=state)
         self._cache: tuple[float, float | None] = (-1e9, None)
 
     def on_epoch(self, ev: Mapping[str, Any], trial: TrialState, attempt: Attempt | None, counted: bool,

@@ -1,6 +1,6 @@
 """The `sim` backend's model: epoch times from the graph's FLOPs over the slot's speed, stragglers,
-failures with a retry that continues, and a real controller run on it whose log verifies
-(about 6 s in all, most of it the 3-second run)."""
+failures with a retry that continues, and real controller runs on it whose logs verify, one with
+the search in a process of its own (about 15 s in all, most of it the two 3-second runs)."""
 
 from __future__ import annotations
 
@@ -105,3 +105,19 @@ def test_a_controller_run_on_the_sim_backend_verifies(tmp_path: Path) -> None:
     assert report["integrity_ok"], [c for c in report["checks"] if not c["ok"]]
     kinds = [e.data["type"] for e in iter_events(tmp_path / "run" / "events.jsonl")]
     assert kinds.count("trial_finished") >= 4 and kinds.count("epoch_end") >= 8
+
+
+def test_a_controller_of_many_slots_runs_the_search_in_its_own_process(tmp_path: Path) -> None:
+    from aiperf_runner.proposals import SEARCH_PROCESS_MIN_SLOTS
+
+    config = RunConfig(preset="smoke", slots=SEARCH_PROCESS_MIN_SLOTS, duration_s=3.0, backend="sim",
+                       epoch_budgets=[1, 1, 1, 1], backend_options={"flops_per_s": WORK / 0.5})
+    controller = Controller.create(config, tmp_path / "run")
+    assert controller.buffer._host is not None
+    process = controller.buffer._host._process
+    assert controller.run() == "duration"
+    assert process.returncode == 0  # ended with the run
+    report = verify(tmp_path / "run", workers=1)
+    assert report["integrity_ok"], [c for c in report["checks"] if not c["ok"]]
+    kinds = [e.data["type"] for e in iter_events(tmp_path / "run" / "events.jsonl")]
+    assert kinds.count("trial_started") >= SEARCH_PROCESS_MIN_SLOTS and kinds.count("trial_finished") >= 64

@@ -67,6 +67,19 @@ def test_identical_seed_observations_do_not_freeze_the_model(seed_graph):
     assert s.gp.n == 9  # one point per architecture
 
 
+def test_the_training_points_embed_as_the_candidates_do():
+    """The fit embeds its points by gathering each subset's rows (the matrix is symmetric), a
+    prediction by gathering columns: one embedding, the same values either way."""
+    rng = np.random.default_rng(0)
+    a = rng.random((300, 300)).astype(np.float32)
+    dist = np.minimum(a, a.T)
+    np.fill_diagonal(dist, 0.0)
+    gp = GaussianProcess()
+    gp._draw_subsets(300)
+    assert np.array_equal(gp._embed_training(dist), gp._embed(dist))
+    assert np.array_equal(gp._embed_training(dist, 250), gp._embed(dist[250:]))
+
+
 def test_gp_survives_duplicate_and_zero_distance_points():
     dist = np.zeros((6, 6), dtype=np.float32)  # six architectures the distance cannot tell apart
     gp = GaussianProcess()

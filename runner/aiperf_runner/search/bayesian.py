@@ -117,7 +117,12 @@ class ArchitectureSearch:
         self._obs: dict[str, list[float]] = {}      # arch hash -> accuracies observed
         self._obs_index: dict[str, int] = {}        # arch hash -> row in the distance matrix
         self._obs_hashes: list[str] = []          # the architectures the GP is fitted on (row order)
-        self._obs_added: list[int] = []             # when each row got its architecture
+        # Per row, as arrays (so that choosing a row to replace costs one numpy pass, not a Python
+        # loop over the rows): the sum and count of its architecture's results, and when the row
+        # got its architecture (the observation count then).
+        self._row_sum = np.zeros(16)
+        self._row_count = np.zeros(16)
+        self._row_added = np.zeros(16)
         self._rows_replaced = False                 # since the last fit: the next one is not incremental
         self._bank = DescriptorBank()
         self._dist = np.zeros((0, 0), dtype=np.float32)
@@ -128,6 +133,17 @@ class ArchitectureSearch:
         self._search_lock = threading.RLock()
         self._known: set[str] = set()
         self.proposals = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the locks: a search pickles, to run in a process of its own (proposals.py)."""
+        state = self.__dict__.copy()
+        del state["_inbox_lock"], state["_search_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._inbox_lock = threading.Lock()
+        self._search_lock = threading.RLock()
 
     # ---- feeding ------------------------------------------------------------------------------
     @property
@@ -179,6 +195,7 @@ class ArchitectureSearch:
     def _drain(self) -> None:
         with self._inbox_lock:
             items, self._inbox = self._inbox, []
+        dirty: dict[int, None] = {}  # rows that got a new architecture, in order
         for kind, payload in items:
             if kind == "register":
                 h, graph, parent, ops = payload
@@ -187,7 +204,11 @@ class ArchitectureSearch:
                     self._order.append(h)
             else:
                 h, acc = payload
-                self._add_observation(h, acc)
+                row = self._add_observation(h, acc)
+                if row is not None:
+                    dirty[row] = None
+        if dirty:
+            self._fill_distances(list(dirty))
 
     def _descriptor(self, h: str) -> Descriptor:
         arch = self._archs[h]
@@ -195,63 +216,73 @@ class ArchitectureSearch:
             arch.descriptor = describe(arch.graph)
         return arch.descriptor
 
-    def _add_observation(self, h: str, acc: float) -> None:
+    def _add_observation(self, h: str, acc: float) -> int | None:
+        """Record one result; the row of the GP's points that got a new architecture (its
+        distances are filled in afterwards, `_fill_distances`), None when none did."""
         self._n_obs_total += 1
         if h in self._obs:
             self._obs[h].append(acc)
-            return
+            row = self._obs_index.get(h)
+            if row is not None:
+                self._row_sum[row] += acc
+                self._row_count[row] += 1
+            return None
         self._obs[h] = [acc]
         if self.max_history is not None and len(self._obs_hashes) >= self.max_history:
-            self._replace_row(self._victim(), h)
-            return
-        desc = self._descriptor(h)
-        row = self._bank.distances([desc], self.skip_weight)[0]  # distances to the n already observed
+            row = self._victim()
+            del self._obs_index[self._obs_hashes[row]]
+            self._obs_hashes[row] = h
+            self._bank.put(row, self._descriptor(h))
+            self._rows_replaced = True
+        else:
+            row = len(self._obs_hashes)
+            if row >= len(self._row_sum):
+                for name in ("_row_sum", "_row_count", "_row_added"):
+                    old = getattr(self, name)
+                    setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+            self._obs_hashes.append(h)
+            self._bank.add(self._descriptor(h))
+        self._obs_index[h] = row
+        self._row_sum[row], self._row_count[row], self._row_added[row] = acc, 1, self._n_obs_total
+        return row
+
+    def _fill_distances(self, rows: list[int]) -> None:
+        """The distance matrix's rows and columns of `rows` (architectures just added or replaced),
+        from one vectorised edit-distance pass over all of them against every row."""
         n = len(self._obs_hashes)
-        if n >= len(self._dist):
-            cap = max(16, 2 * len(self._dist))
+        if n > len(self._dist):
+            cap = max(16, len(self._dist))
+            while cap < n:
+                cap *= 2
             grown = np.zeros((cap, cap), dtype=np.float32)
-            grown[:n, :n] = self._dist[:n, :n]
+            grown[:len(self._dist), :len(self._dist)] = self._dist
             self._dist = grown
-        self._dist[n, :n] = row
-        self._dist[:n, n] = row
-        self._dist[n, n] = 0.0
-        self._bank.add(desc)
-        self._obs_index[h] = n
-        self._obs_hashes.append(h)
-        self._obs_added.append(self._n_obs_total)
+        index = np.array(rows)
+        block = self._bank.distances([self._descriptor(self._obs_hashes[i]) for i in rows], self.skip_weight)
+        among = block[:, index]
+        block[:, index] = np.minimum(among, among.T)  # one value for each pair, as the matrix is symmetric
+        block[np.arange(len(rows)), index] = 0.0
+        self._dist[index, :n] = block
+        self._dist[:n, index] = block.T
 
     def _victim(self) -> int:
         """The row a new architecture takes once the GP holds `max_history`: the oldest of those
         outside the better half by mean accuracy (the best stay, the rest is a recent window)."""
-        means = np.array([sum(self._obs[h]) / len(self._obs[h]) for h in self._obs_hashes])
-        keep = len(means) // 2
-        best = np.argpartition(-means, keep - 1)[:keep] if keep else np.zeros(0, dtype=np.int64)
-        added = np.array(self._obs_added, dtype=np.float64)
-        added[best] = np.inf
-        return int(np.argmin(added))
-
-    def _replace_row(self, i: int, h: str) -> None:
-        """Architecture `h` takes row `i` of the GP's points (its old one leaves the model, not `_obs`)."""
-        del self._obs_index[self._obs_hashes[i]]
-        desc = self._descriptor(h)
-        self._bank.put(i, desc)
         n = len(self._obs_hashes)
-        row = self._bank.distances([desc], self.skip_weight)[0]
-        row[i] = 0.0
-        self._dist[i, :n] = row
-        self._dist[:n, i] = row
-        self._obs_hashes[i] = h
-        self._obs_index[h] = i
-        self._obs_added[i] = self._n_obs_total
-        self._rows_replaced = True
+        means = self._row_sum[:n] / self._row_count[:n]
+        keep = n // 2
+        added = self._row_added[:n].copy()
+        if keep:
+            added[np.argpartition(-means, keep - 1)[:keep]] = np.inf
+        return int(np.argmin(added))
 
     # ---- model --------------------------------------------------------------------------------
     def _refit(self) -> None:
         if self._fitted_at == self._n_obs_total:
             return
         n = len(self._obs_hashes)
-        y = np.array([sum(self._obs[h]) / len(self._obs[h]) for h in self._obs_hashes])
-        counts = np.array([len(self._obs[h]) for h in self._obs_hashes], dtype=np.float64)
+        counts = self._row_count[:n].copy()
+        y = self._row_sum[:n] / counts
         self.gp.fit(self._dist[:n, :n], y, counts, incremental=not self._rows_replaced)
         self._fitted_at = self._n_obs_total
         self._rows_replaced = False
@@ -337,8 +368,8 @@ class ArchitectureSearch:
         # Roots of equal value (all of them before the first result) in random order: in insertion
         # order the same first few would be expanded every time, and their neighbourhoods run dry.
         if self._obs_hashes:
-            for h in self._obs_hashes:
-                value = sum(self._obs[h]) / len(self._obs[h])
+            means = (self._row_sum[:len(self._obs_hashes)] / self._row_count[:len(self._obs_hashes)]).tolist()
+            for h, value in zip(self._obs_hashes, means, strict=True):
                 heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], []))
         else:
             for h in self._order:
@@ -378,16 +409,14 @@ class ArchitectureSearch:
                         best_acq = max(best_acq, float(a))
             t *= self.anneal
         candidates.sort(key=lambda c: (c[0], c[1]))
-        with self._inbox_lock:
-            known = set(self._known)
         chosen: list[Proposal] = []
         for neg_acq, _, graph, root, ops, details in candidates:
             if len(chosen) >= count:
                 break
             h = graph.hash()
-            if h in known:
-                continue
-            known.add(h)
+            with self._inbox_lock:  # not a copy of every hash proposed so far (tens of thousands)
+                if h in self._known:
+                    continue
             graph.validate()  # morphisms are valid by construction; checked once on each chosen one
             chosen.append(self._accept(h, graph, root, ops, details, -neg_acq))
         return chosen

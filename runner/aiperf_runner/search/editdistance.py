@@ -169,7 +169,7 @@ class Vocabulary:
         self.ids: dict[tuple, int] = {}
         self.items: list[tuple] = []
         self._cost_fn = cost_fn
-        self._featurise = featurise or (lambda item: item)
+        self._featurise = featurise or _same  # a module function: a bank pickles (the search's process)
         self._features = np.zeros((0, 0))
         self._cost = np.zeros((0, 0), dtype=np.float32)
 
@@ -196,6 +196,10 @@ class Vocabulary:
             grown[:old, old:] = block[:, :old].T
             self._features, self._cost = feats, grown
         return self._cost
+
+
+def _same(item: tuple) -> tuple:
+    return item
 
 
 def _token_features(tok: Token) -> tuple[float, ...]:
