@@ -36,6 +36,11 @@ class Preset:
     smoke_sizes: tuple[int, int] = (0, 0)  # generated train / validation images (smoke only)
     channels: int = 3
     data_format: str = "folder"  # "generated" (smoke), "idx" (fashion-mnist), "folder" (ImageFolder --data)
+    # The search proposes no architecture whose train FLOPs per image exceed this many times the
+    # seed's (NNI's morphism tuner bounds model size too). Unbounded, compounding *wider* morphisms grew
+    # 5-minute smoke runs' networks to 8-44x the seed, at whatever pace a run's path took: their mean
+    # FLOPs per image ranged 1.4e7-2.9e7 between identical runs, and the score with them.
+    max_flops_ratio: float | None = 4.0
 
     def dataset(self, data: str | None) -> dict[str, Any]:
         """The `dataset` block of run.json (and of every trial.json)."""
@@ -101,7 +106,7 @@ PRESETS: dict[str, Preset] = {
     # 16x16 images keep an epoch of 4,000 images at about 2 CPU-seconds, so that two slots on two
     # cores finish dozens of trials in 5 minutes. Budgets: the official ones / 15.
     "smoke": Preset("smoke", epoch_budgets=(1, 2, 3, 4), early_stopping_patience=2, default_duration_s=300,
-                    needs_data=False, data_format="generated",
+                    needs_data=False, data_format="generated", max_flops_ratio=3.0,
                     smoke_sizes=(SPEC_PRESETS["smoke"].train_images or 0, SPEC_PRESETS["smoke"].val_images or 0),
                     **_facts("smoke")),
     # Real images on a small CPU machine: Fashion-MNIST (60,000 + 10,000 grey 28x28 images, Debian's

@@ -267,11 +267,13 @@ def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
     """
     from aiperf_runner.search.bayesian import ArchitectureSearch
     from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import seed_for_preset
+    from aiperf_runner.search.seeds import max_train_flops, seed_for_preset
 
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
+    bound = max_train_flops(preset, seed_graph)  # the preset's bound on a proposal's size
     if not history:
-        return ArchitectureSearch(seed_graph, rng_seed=seed), HparamSearch(preset.name, seed=seed)
-    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed)
+        return (ArchitectureSearch(seed_graph, rng_seed=seed, max_train_flops=bound),
+                HparamSearch(preset.name, seed=seed))
+    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed, max_train_flops=bound)
     hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
     return search, hparams

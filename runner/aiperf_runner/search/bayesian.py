@@ -59,6 +59,7 @@ from aiperf_runner.search.blas import blas_single_thread
 from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
 from aiperf_runner.search.gp import GaussianProcess
 from aiperf_runner.search.protocols import ArchitectureSearcher
+from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
 
 BETA = 2.576
@@ -90,7 +91,8 @@ class ArchitectureSearch:
     """Proposes architectures: the seed first, then morphed children chosen by GP-UCB + annealing."""
 
     def __init__(self, seed_graph: Graph, rng_seed: int = 0, max_layers: int | None = None,
-                 max_params: int | None = None, max_filters: int | None = None, beta: float = BETA,
+                 max_params: int | None = None, max_filters: int | None = None, max_train_flops: int | None = None,
+                 beta: float = BETA,
                  n_neighbours: int = 8, max_expansions: int = 12, max_pops: int = 48, max_chain: int = 2,
                  t_min: float = 1e-4, anneal: float = 0.9, noise: float = 1e-2, skip_weight: float = 1.0,
                  length_scale: float | None = None, max_history: int | None = MAX_HISTORY) -> None:
@@ -100,6 +102,7 @@ class ArchitectureSearch:
         self.rng_seed = rng_seed
         self.max_layers = max_layers
         self.max_params = max_params
+        self.max_train_flops = max_train_flops  # v2 train FLOPs per image (spec/flops.py) of a proposal
         self.max_filters = max_filters
         self.beta = beta
         self.n_neighbours = n_neighbours
@@ -319,7 +322,7 @@ class ArchitectureSearch:
             return False
         if self.max_params is not None and morphism.param_count(graph) > self.max_params:
             return False
-        return True
+        return self.max_train_flops is None or flops_per_image(graph, "v2").train <= self.max_train_flops
 
     def _neighbour(self, graph: Graph) -> tuple[Graph, dict[str, Any]] | None:
         try:

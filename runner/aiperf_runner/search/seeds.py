@@ -12,6 +12,7 @@ Graphs are torch-free `spec.graph.Graph`s; shapes are channels-first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aiperf_runner.spec.graph import Graph
 
@@ -104,3 +105,12 @@ def seed_for_preset(preset: str, num_classes: int | None = None, image_size: int
     if preset == "cifar":
         return small_resnet(num_classes or 10, image_size or 32, width=16, blocks=(2, 2, 2), stem_stride=1)
     return small_resnet(num_classes or 10, image_size or 32)
+
+
+def max_train_flops(preset: Any, seed_graph: Graph) -> int | None:
+    """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (presets.py)
+    times the seed's; None when the preset sets none."""
+    from aiperf_runner.spec.flops import flops_per_image
+
+    ratio = getattr(preset, "max_flops_ratio", None)
+    return None if not ratio else int(ratio * flops_per_image(seed_graph, "v2").train)

@@ -1,0 +1,42 @@
+"""The preset's bound on a proposal's size (presets.py `max_flops_ratio`): neither the Bayesian search
+nor the random baseline proposes an architecture over it, however long the search grows networks."""
+
+from __future__ import annotations
+
+import random
+
+from aiperf_runner.presets import get_preset
+from aiperf_runner.proposals import make_search
+from aiperf_runner.search.baselines import random_search_factory
+from aiperf_runner.spec.flops import flops_per_image
+
+
+def _grow(factory, proposals: int = 60) -> tuple[int, list[int]]:
+    preset = get_preset("smoke")
+    search, _ = factory(preset, preset.dataset(None), 3)
+    rng = random.Random(0)
+    sizes = []
+    while len(sizes) < proposals:
+        batch = search.propose_batch(4) if hasattr(search, "propose_batch") else [search.propose()]
+        for p in batch:
+            sizes.append(flops_per_image(p.graph, "v2").train)
+            # bigger is better here: the search is pushed towards the bound
+            search.observe(p.arch_hash, min(0.99, 0.5 + sizes[-1] / 4e7 + rng.random() * 0.01))
+    return sizes[0], sizes
+
+
+def test_the_bayesian_search_stays_under_the_bound() -> None:
+    seed, sizes = _grow(make_search)
+    assert get_preset("smoke").max_flops_ratio == 3.0
+    assert max(sizes) <= 3.0 * seed
+    assert max(sizes) > 2.0 * seed  # and it does grow towards it
+
+
+def test_the_random_baseline_has_the_same_bound() -> None:
+    seed, sizes = _grow(random_search_factory)
+    assert max(sizes) <= 3.0 * seed
+
+
+def test_every_preset_bounds_growth() -> None:
+    for name in ("smoke", "fashion-mnist", "cifar", "imagenet"):
+        assert (get_preset(name).max_flops_ratio or 0) >= 2
