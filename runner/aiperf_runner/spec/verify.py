@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import SPEC_VERSION, hardware, schema
+from . import SPEC_VERSION, hardware
 from . import rules as R
 from .bound import bound_findings
 from .eventlog import LogError
+from .fastfold import Fold
 from .fingerprint import EpochFingerprints
 from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
 from .replay import Replay
@@ -36,6 +37,10 @@ REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "m
 BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.zst", ".tar.xz", ".tar.bz2")
 
 _SIGNATURE_WORDS = ("signature", "signed", "public_key", "fingerprint", "MANIFEST.sig")
+
+FAST_FOLD = True
+"""Fold the log as scanned chunks (spec/fastfold.py); False: line by line, in this process (the
+reference tests compare it with)."""
 
 
 def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
@@ -142,22 +147,38 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
 
     graph_errors = R.Findings()
     replay = Replay()
-    current_line = 0
+
+    pairs: dict[int, tuple[float, float]] = {}  # one (train, eval) tuple per FlopCounts: trials share them
+
+    def flops_pair(counts: Any) -> tuple[float, float]:
+        pair = pairs.get(id(counts))
+        if pair is None:
+            pair = pairs[id(counts)] = float(counts.train), float(counts.eval)
+        return pair
 
     def flops_for(trial: str) -> tuple[float, float] | None:
         try:
             counts = run_dir.trial_flops(trial, rules)
         except RunIOError as exc:
-            graph_errors.add(current_line, str(exc))
+            graph_errors.add(fold.line, str(exc))
             return None
         proposed = replay.trials.get(trial)
         actual = run_dir.arch(trial).arch_hash
         if proposed is not None and proposed.arch_hash != actual:
-            graph_errors.add(current_line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
-                                           f"trial_proposed says {proposed.arch_hash}")
-        return float(counts.train), float(counts.eval)
+            graph_errors.add(fold.line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
+                                        f"trial_proposed says {proposed.arch_hash}")
+        return flops_pair(counts)
 
-    run_dir.prefetch(rules, workers)
+    def peek_flops(trial: str) -> tuple[float, float] | None:
+        """What flops_for returns, without recording anything (the fast fold plans with it)."""
+        try:
+            counts = run_dir.trial_flops(trial, rules)
+        except RunIOError:
+            return None
+        return flops_pair(counts)
+
+    preset = run.get("preset")
+    run_dir.prefetch(rules, workers, preset=preset if isinstance(preset, str) else None)
     acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
@@ -166,18 +187,19 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     replay.listen(seen)
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
+    fold = Fold(audit, acc, fingerprints, seen, witness, peek_flops)
     chain_error: str | None = None
-    # The fold allocates an acyclic dict per line and keeps per-trial state: the cyclic collector's
+    # The fold allocates acyclic objects per line and keeps per-trial state: the cyclic collector's
     # passes over that state find nothing and cost about a tenth of the time on a large log.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
-        for current_line, data in run_dir.records(workers):
-            if data["type"] == "epoch_end" and valid_epoch(data):  # ~95% of a log: the short path
-                epoch(data, current_line)
-            else:
-                feed(data, current_line)
+        if FAST_FOLD:  # scanned chunks, plain epochs folded in one pass (spec/fastfold.py)
+            for item in run_dir.scans(workers, fold.limits):
+                fold.take(item)
+        else:  # line by line: the reference the fast fold is tested against
+            for event in run_dir.events():
+                fold.take((event.line, event.data))
     except LogError as exc:
         chain_error = str(exc)
     except RunIOError as exc:
@@ -189,7 +211,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     series = acc.series()
 
     # integrity
-    checks.append(R.check_chain(current_line, chain_error))
+    checks.append(R.check_chain(fold.line, chain_error))
     checks.extend(sig_checks)
     checks.append(R.check_run_json(run_problems, audit.consistency))
     checks.append(R.check_versions(run, th))
@@ -197,7 +219,6 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_graphs(graph_errors, acc.trials_with_epochs, run_dir.distinct_architectures))
     checks.append(R.check_bound(bound_findings(run, replay, run_dir)))
     # validity
-    preset = run.get("preset")
     checks.append(R.check_rules(rules, th))
     checks.append(R.check_preset(preset, th))
     checks.append(R.check_duration(series.duration_s, th))
