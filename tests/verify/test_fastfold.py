@@ -247,3 +247,26 @@ def test_trial_files_read_in_workers_report_alike(bases: dict[str, Path], tmp_pa
     assert got == expected
     bound = next(c for c in json.loads(got)["checks"] if c["name"] == "integrity.bound")
     assert not bound["passed"] and "t0003/hparams.json" in bound["message"]
+
+
+def replay_state(path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, chunk: int = 2000) -> str:
+    """Everything the replay of a verification holds (what the service stores its trials from)."""
+    monkeypatch.setattr(verify_module, "FAST_FOLD", fast)
+    monkeypatch.setattr(logchunks, "MIN_PARALLEL", 0)
+    monkeypatch.setattr(logchunks, "CHUNK", chunk)
+    replay = verify_module.verify_run(path, workers=1, witness_keys=WITNESS.keys).replay
+
+    def slots(obj: Any) -> dict[str, Any]:
+        return {name: getattr(obj, name) for name in type(obj).__slots__}
+
+    trials = [{**slots(tr), "attempts": [slots(a) for a in tr.attempts]} for tr in replay.all_trials()]
+    scalars = {k: v for k, v in vars(replay).items() if not k.startswith("_on_") and k not in ("trials", "unproposed")}
+    return repr((trials, sorted(scalars.items(), key=lambda kv: kv[0])))
+
+
+@pytest.mark.parametrize("name", ["intact", "accelerators", "epoch-repeated", "finished-early", "slot-lost",
+                                  "clash-on-slot", "int-fields", "truncated"])
+def test_replays_alike(name: str, bases: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trials, attempts and counts of the replay, not only the report (the service's trials)."""
+    run = damaged(bases["witnessed"], tmp_path / "run", name)
+    assert replay_state(run, monkeypatch, True) == replay_state(run, monkeypatch, False)

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from .epochscan import Chunk, EpochLimits, Scan, decode_records, scan_chunk
-from .eventlog import GENESIS, check_lines, truncated
+from .eventlog import GENESIS, check_lines, iter_events, truncated
 from .procpool import process_pool
 
 CHUNK = 32 << 20
@@ -168,3 +168,15 @@ def iter_records(path: str | Path, workers: int | None = None, *, allow_partial_
                 yield item.first_line + off, data
         else:
             yield item
+
+
+def check_log(path: str | Path, workers: int | None = None) -> int:
+    """The log's lines checked as `eventlog.iter_events` checks them (LogError at the first bad
+    one), a large log by `workers` processes; returns the number of lines."""
+    path = Path(path)
+    if path.stat().st_size < MIN_PARALLEL:
+        return sum(1 for _ in iter_events(path))
+    lines = 0
+    for item in iter_scans(path, workers):
+        lines = item.first_line + item.lines - 1 if isinstance(item, Chunk) else item[0]
+    return lines

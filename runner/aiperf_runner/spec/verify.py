@@ -13,7 +13,7 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import SPEC_VERSION, hardware
 from . import rules as R
@@ -52,10 +52,10 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
     `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
-    `workers`: processes for analysing the trial graphs and reading a large log in chunks (default:
-    one per CPU for graphs, one per CPU but one and at most 4 for the log; 1 = none). Runs with few
-    distinct architectures, logs under 64 MiB, and callers that cannot start processes, do this
-    work in-process.
+    `workers`: processes for reading the trials' files and analysing their graphs, and for reading
+    a large log in chunks (default: one per CPU; at most 4 for the log; 1 = none). Runs with few
+    trials or distinct architectures, logs under 64 MiB, and callers that cannot start processes,
+    do this work in-process.
     `system`: the service's registration of the run's system (spec/hardware.py); without it the
     run's own hardware facts stand in and `system.registered` fails.
     `witness_keys`: {fingerprint: raw public key} of the service's witness keys (current and retired);
@@ -64,19 +64,10 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     Raises FileNotFoundError for a missing path and ValueError for unknown `rules`; everything wrong
     with the run itself is reported in the checks instead.
     """
-    if rules is not None:
-        check_rules(rules)
-    R.thresholds(rules_version)
-    if pubkey is not None:
-        from . import keys
-
-        pubkey = keys.load_public_key(pubkey)  # KeyFileError (a ValueError) if it is not a key
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
+    pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if path.is_dir():
         return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records)
+                           witness_keys, records).report
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -89,7 +80,43 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
                                         None, False, str(exc))]
             return report
         return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records)
+                           witness_keys, records).report
+
+
+class Verified(NamedTuple):
+    """A verification's report, with the fold of the main log it was made from and the run
+    directory (the service stores per-trial figures from them: the log is read once)."""
+
+    report: dict[str, Any]
+    replay: Replay
+    run_dir: RunDir
+
+
+def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
+               require_signature: bool = False, rules_version: str = R.RULES_VERSION,
+               workers: int | None = None, system: Mapping[str, Any] | None = None,
+               witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None) -> Verified:
+    """`verify` of a run directory (not a bundle: NotADirectoryError), with its replay and RunDir."""
+    pubkey, path = _arguments(path, pubkey, rules, rules_version)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a run directory")
+    return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
+                       records)
+
+
+def _arguments(path: str | Path, pubkey: Any, rules: str | None, rules_version: str) -> tuple[Any, Path]:
+    """The checked arguments of `verify`: (the public key loaded, the path, which exists)."""
+    if rules is not None:
+        check_rules(rules)
+    R.thresholds(rules_version)
+    if pubkey is not None:
+        from . import keys
+
+        pubkey = keys.load_public_key(pubkey)  # KeyFileError (a ValueError) if it is not a key
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    return pubkey, path
 
 
 def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
@@ -122,7 +149,7 @@ def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
                 rules_version: str, workers: int | None = None,
                 registration: Mapping[str, Any] | None = None, witness_keys: Mapping[str, bytes] | None = None,
-                records: ServiceRecords | None = None) -> dict[str, Any]:
+                records: ServiceRecords | None = None) -> Verified:
     th = R.thresholds(rules_version)
     checks: list[dict[str, Any]] = []
     run_dir = RunDir(root)
@@ -289,7 +316,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                          for t, sha in retention.kept().items()},
         "best_trial": retention.best_trial(),
     })
-    return report
+    return Verified(report, replay, run_dir)
 
 
 def _dict(v: Any) -> dict[str, Any]:
