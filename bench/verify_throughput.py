@@ -110,6 +110,8 @@ def _measure(kind: str, run_dir: str, workers: int | None, conn: Any) -> None:
     elapsed = time.perf_counter() - t
     _reap_forkserver()  # its workers' CPU time counts once it is waited for
     cpu_s = cpu() - c
+    # Peak RSS: this process's own, and the largest of the worker processes it waited for.
+    result = (result, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
     conn.send((cpu_s, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, result))
     conn.close()
 
@@ -179,8 +181,8 @@ def main() -> int:
         for _ in range(args.repeat):
             peer_runs.append(measure("peer", run_dir, args.workers))
             verify_runs.append(measure("verify", run_dir, args.workers))
-        peer_s, peer_wall, peer_rss, lines = min(peer_runs, key=lambda r: r[1])
-        verify_s, verify_wall, verify_rss, result = min(verify_runs, key=lambda r: r[1])
+        peer_s, peer_wall, peer_rss, (lines, _) = min(peer_runs, key=lambda r: r[1])
+        verify_s, verify_wall, verify_rss, (result, worker_rss) = min(verify_runs, key=lambda r: r[1])
         # What only the service can pass (a registered system, a witness's records) may fail here.
         failed = [name for name in result["failed"] if not name.startswith(SERVICE_CHECKS)]
         assert result["integrity_ok"] and not failed, result
@@ -200,7 +202,8 @@ def main() -> int:
         print(f"verify (all checks + series)    : {verify_s:8.2f} s CPU ({lines / verify_s:,.0f} lines/s; "
               f"wall {verify_wall:.2f} s), peak RSS {verify_rss / 2**20:.0f} MiB "
               f"(+{(verify_rss - peer_rss) / 2**20:.0f} MiB over the peer's, "
-              f"{(verify_rss - peer_rss) / max(result['epochs'], 1):.0f} bytes per epoch)")
+              f"{(verify_rss - peer_rss) / max(result['epochs'], 1):.0f} bytes per epoch); "
+              f"workers' peak RSS {worker_rss / 2**20:.0f} MiB each at most")
         wall_ratio = verify_wall / peer_wall
         print(f"ratio verify / peer, wall time  : {wall_ratio:8.2f}x  (target <= {TARGET:g}x: "
               f"{'met' if wall_ratio <= TARGET else 'NOT met'}; load average {os.getloadavg()[0]:.1f} on "

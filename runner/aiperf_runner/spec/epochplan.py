@@ -92,6 +92,7 @@ class _Lines:
     epochs: dict[str, list[tuple[int, Any, Any]]] = field(default_factory=dict)  # (off, epoch, ended) if valid
     heartbeats: list[tuple[int, int]] = field(default_factory=list)
     valid: set[int] = field(default_factory=set)  # offsets of the lines of other types found well-formed
+    touched: set[str] = field(default_factory=set)  # trials these lines name (proposed, started, ended, epochs)
 
 
 def _lines(c: Chunk, trials: Any) -> _Lines | None:
@@ -129,12 +130,14 @@ def _lines(c: Chunk, trials: Any) -> _Lines | None:
             out.proposed.setdefault(tid, off)
         elif kind == "heartbeat":
             out.heartbeats.append((off, d["seq"]))
+    out.touched = set(out.proposed) | out.reproposed | set(out.epochs) | {t for t, _ in out.starts} | {
+        t for t, _ in out.ends} | {t for t, _ in out.twice}
     return out
 
 
 def plan(c: Chunk, fold: Fold) -> Plan | None:
     """What of the chunk can be folded at once (see the module docstring); None: line by line."""
-    audit, acc, replay, fp = fold.audit, fold.acc, fold.replay, fold.fingerprints
+    audit, replay, fp = fold.audit, fold.replay, fold.fingerprints
     r = c.rows
     n = len(r.offset)
     if not n or c.first_line <= 2 or replay.first_t is None or fp._counted < FIRST:
@@ -153,71 +156,90 @@ def plan(c: Chunk, fold: Fold) -> Plan | None:
     lines = _lines(c, replay.trials)
     if lines is None:
         return None
-    # Group the rows by trial; `order` lists each group's rows in line order, `group` is each row's.
+    # Group the rows by trial: `order` lists each group's rows in line order, from `starts`;
+    # `group` is each row's group (rows in line order, as everywhere else here).
     order = np.argsort(r.trial, kind="stable")
     by_trial = r.trial[order]
     starts = np.flatnonzero(np.r_[True, by_trial[1:] != by_trial[:-1]])
     counts = np.diff(np.r_[starts, n])
+    size = len(starts)
     group = np.empty(n, dtype=np.int64)
-    group[order] = np.repeat(np.arange(len(starts)), counts)
+    group[order] = np.repeat(np.arange(size), counts)
     first, last = order[starts], order[starts + counts - 1]
     attempts = r.attempt[order]
     one_attempt = np.maximum.reduceat(attempts, starts) == np.minimum.reduceat(attempts, starts)
     names = [c.trials[k] for k in by_trial[starts].tolist()]
-    ok_list, last_epoch, last_end, started, peak = zip(*_groups(
+    ok_list, last_epoch, last_end, started, peak = (np.asarray(x) for x in _groups(
         fold, lines, names, r.attempt[first].tolist(), r.offset[first].tolist(), r.offset[last].tolist(),
-        one_attempt.tolist()), strict=True)
-    ok = np.array(ok_list, dtype=bool)
-    # Per row: its epoch the next one, its end not before the one before, started after its
-    # attempt, nothing zero (compared in trial order: `prior` is each row's predecessor there).
-    epoch, ended, in_group = r.epoch[order], r.ended_at[order], group[order]
-    lead = np.zeros(n, dtype=bool)
-    lead[starts] = True
-    expect = np.where(lead, np.asarray(last_epoch)[in_group] + 1, np.r_[0, epoch[:-1]] + 1)
-    floor = np.where(lead, np.asarray(last_end)[in_group], np.r_[-np.inf, ended[:-1]])
-    follows = (epoch == expect) & ~(ended < floor)
-    row_ok = np.empty(n, dtype=bool)
-    row_ok[order] = follows
-    row_ok &= ((r.started_at >= np.asarray(started)[group] - audit.skew) & (r.val_accuracy != 0)
-               & (r.ended_at != 0))
+        one_attempt.tolist()))
+    ok = ok_list.astype(bool)
+    # In trial order: each epoch the next one, its end not before the one before.
+    epoch, ended = r.epoch[order], r.ended_at[order]
+    step = np.empty(n, dtype=bool)
+    step[1:] = (epoch[1:] == epoch[:-1] + 1) & (ended[1:] >= ended[:-1])
+    step[starts] = (epoch[starts] == last_epoch + 1) & ~(ended[starts] < last_end)
+    ok &= np.logical_and.reduceat(step, starts)
+    # In line order: started after its attempt, nothing zero; a group with a bad row is held.
+    bad = (r.started_at < started[group] - audit.skew) | (r.val_accuracy == 0) | (r.ended_at == 0)
     if len(fp.digests) < MOST:
-        row_ok &= np.abs(r.ended_at) < 4e12  # int(ended_at x 1e6) below stays exact
-    ok &= np.logical_and.reduceat(row_ok[order], starts)
-    # The FLOPs of each trial still free (asked for now where first seen here: the value the
-    # ordinary path will get there), then the rate to peak of its epochs.
-    flops = np.full((len(starts), 2), np.nan)
-    known = np.zeros(len(starts), dtype=bool)
+        bad |= ~(np.abs(r.ended_at) < 4e12)  # int(ended_at x 1e6) below stays exact
+    ok &= np.bincount(group[bad], minlength=size) == 0
+    flops, known, first_seen = _flops(fold, names, ok, r.offset[first])
+    # The rate to peak of each epoch (LogAudit._rate's arithmetic, in the same order).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate_work = flops[group, 0] * r.images_trained + flops[group, 1] * r.images_evaluated
+        seconds = r.ended_at - r.started_at
+        rate = np.where(seconds > 0, rate_work / seconds, np.where(rate_work > 0, np.inf, 0.0))
+        rated = (known & (peak != 0))[group]
+        ratio = np.where(rated, rate / np.where(rated, peak[group], 1.0), -np.inf)
+    ok &= np.bincount(group[rated & (ratio > audit.th["max_epoch_to_peak"])], minlength=size) == 0
+    if not ok.any():
+        return None
+    return _plan(c, fold, lines, order, starts, counts, last, names, ok, group, flops, known, rate, ratio, rated,
+                 rate_work, first_seen)
+
+
+def _flops(fold: Fold, names: list[str], ok: Any,
+           first_offsets: Any) -> tuple[Any, Any, list[tuple[int, str, Any, int]]]:
+    """(train, eval) FLOP/image of each free group's trial (nan: unknown), whether known, and the
+    trials first seen here (offset of the first epoch, trial, FLOPs, group): asked for now, the value the
+    ordinary path will get there. A trial whose FLOPs cannot be asked for is held (`ok` cleared)."""
+    acc, peek = fold.acc, fold.peek_flops
+    flops = np.full((len(names), 2), np.nan)
+    known = np.zeros(len(names), dtype=bool)
     first_seen: list[tuple[int, str, Any, int]] = []
+    have = acc._flops
     for g in np.flatnonzero(ok).tolist():
         name = names[g]
-        if name in acc._flops:
-            f = acc._flops[name]
-        elif fold.peek_flops is not None:
-            f = fold.peek_flops(name)
-            first_seen.append((int(r.offset[first[g]]), name, f, g))
+        if name in have:
+            f = have[name]
+        elif peek is not None:
+            f = peek(name)
+            first_seen.append((int(first_offsets[g]), name, f, g))
         else:
             ok[g] = False
             continue
         if f is not None:
             flops[g] = f
             known[g] = True
-    f_row = flops[group]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate_work = f_row[:, 0] * r.images_trained + f_row[:, 1] * r.images_evaluated
-        seconds = r.ended_at - r.started_at
-        rate = np.where(seconds > 0, rate_work / seconds, np.where(rate_work > 0, np.inf, 0.0))
-        peak_row = np.asarray(peak)[group]
-        rated = known[group] & (peak_row != 0)
-        ratio = np.where(rated, rate / np.where(rated, peak_row, 1.0), -np.inf)
-    too_fast = rated & (ratio > audit.th["max_epoch_to_peak"])
-    ok &= ~np.logical_or.reduceat(too_fast[order], starts)
-    if not ok.any():
-        return None
+    return flops, known, first_seen
+
+
+def _plan(c: Chunk, fold: Fold, lines: _Lines, order: Any, starts: Any, counts: Any, last: Any, names: list[str],
+          ok: Any, group: Any, flops: Any, known: Any, rate: Any, ratio: Any, rated: Any, rate_work: Any,
+          first_seen: list[tuple[int, str, Any, int]]) -> Plan:
+    """The plan, from the free groups (`ok`)."""
+    acc, fp, r = fold.acc, fold.fingerprints, c.rows
     free = ok[group]
-    free_rows = np.flatnonzero(free)
+    every = bool(free.all())
+    free_rows = np.arange(len(free)) if every else np.flatnonzero(free)
     held_rows = np.flatnonzero(~free)
     free_line = np.zeros(c.lines, dtype=bool)
     free_line[r.offset[free_rows]] = True
+
+    def of_free(column: Any) -> Any:
+        return column if every else column[free_rows]
+
     # per free trial, what its last epoch here leaves: (trial, epoch, epochs, accuracy, images
     # evaluated, best accuracy, t, ended_at, offset, FLOPs or None)
     g_free = np.flatnonzero(ok)
@@ -228,65 +250,94 @@ def plan(c: Chunk, fold: Fold) -> Plan | None:
                       r.ended_at[at].tolist(), r.offset[at].tolist(),
                       [tuple(f) if k else None for f, k in zip(flops[g_free].tolist(), known[g_free].tolist(),
                                                                strict=True)], strict=True))
-    fr = f_row[free_rows]
     if acc._v1:
-        work = fr[:, 0] * V1_TRAIN_IMAGES + fr[:, 1] * V1_EVAL_IMAGES
+        work = of_free(flops[group, 0] * V1_TRAIN_IMAGES + flops[group, 1] * V1_EVAL_IMAGES)
     else:
-        work = fr[:, 0] * r.images_trained[free_rows] + fr[:, 1] * r.images_evaluated[free_rows]
+        work = of_free(rate_work)  # the same products, in the same order, as ScoreAccumulator's
     top = None
-    free_ratio = ratio[free_rows]
-    if rated[free_rows].any():
+    free_rated = of_free(rated)
+    if free_rated.any():
+        free_ratio = of_free(ratio)
         i = int(np.argmax(free_ratio))  # the first of the highest, in line order
-        top = (float(free_ratio[i]), float(rate[free_rows][i]), int(r.offset[free_rows[i]]))
+        top = (float(free_ratio[i]), float(of_free(rate)[i]), int(r.offset[free_rows[i]]))
     candidates = np.zeros(0, dtype=np.int64)
     if len(fp.digests) < MOST:
-        candidates = free_rows[np.trunc(r.ended_at[free_rows] * 1e6).astype(np.int64) % EVERY == 0]
-    return Plan(free_line, free_rows, groups, r.offset[held_rows].tolist(), c.row_dicts(held_rows),
-                sorted(x[:3] for x in first_seen if ok[x[3]]), lines.last_end, work, known[group][free_rows], top,
-                candidates, lines.heartbeats, fold.witness._last_heartbeat, lines.valid, len(acc.table), acc.work,
+        candidates = free_rows[np.trunc(of_free(r.ended_at) * 1e6).astype(np.int64) % EVERY == 0]
+    return Plan(free_line, free_rows, groups, r.offset[held_rows].tolist(), c.row_dicts(held_rows) if len(held_rows)
+                else [], sorted(x[:3] for x in first_seen if ok[x[3]]), lines.last_end, work, of_free(known[group]), top, candidates,
+                lines.heartbeats, fold.witness._last_heartbeat, lines.valid, len(acc.table), acc.work,
                 len(fp.digests))
 
 
 def _groups(fold: Fold, lines: _Lines, names: list[str], attempts: list[int], first_off: list[int],
-            last_off: list[int], one_attempt: list[bool]) -> list[tuple[bool, int, float, float, float]]:
+            last_off: list[int], one_attempt: list[bool]) -> tuple[list[bool], list[int], list[float], list[float],
+                                                                  list[float]]:
     """Per group: (free so far, the trial's last epoch, its last end (-inf: none), its attempt's
     start, its slot's peak (0: none)) as they will be when its first epoch here is folded."""
     replay, audit = fold.replay, fold.audit
     trials, unproposed, active, orphaned = replay.trials, replay.unproposed, replay._active, replay._orphaned
     peaks, slot_peak, ended_before = audit._slot_peaks, audit.slot_peak, audit._last_ended
-    out: list[tuple[bool, int, float, float, float]] = []
+    touched, slot_starts = lines.touched, lines.slot_starts
+    oks: list[bool] = []
+    epochs: list[int] = []
+    ends: list[float] = []
+    starts: list[float] = []
+    slot_peaks: list[float] = []
+    inf = -np.inf
     for name, a, fo, lo, one in zip(names, attempts, first_off, last_off, one_attempt, strict=True):
         key = (name, a)
-        ok = one and name not in lines.reproposed
-        if name in lines.proposed:
-            ok = ok and lines.proposed[name] < fo
-            state = unproposed.get(name)
+        if name not in touched:  # the common case: no other line here names the trial
+            state, attempt = trials.get(name), active.get(key)
+            if state is None or attempt is None:
+                ok, epoch, end_before, started, devices = False, 0, None, 0.0, 1
+            else:
+                slot = attempt.slot
+                ok = one and not (slot in slot_starts and slot_starts[slot][0] < lo)
+                epoch, end_before = state.last_epoch, ended_before.get(name)
+                started, devices = attempt.started, attempt.devices
         else:
-            state = trials.get(name)
-            ok = ok and state is not None
-        start = lines.starts.get(key)
-        attempt = active.get(key)
-        if start is not None:
-            ok = ok and attempt is None and key not in orphaned and key not in lines.twice and start[0] < fo
-            start_off, started, devices, slot = start
-        elif attempt is not None:
-            start_off, started, devices, slot = -1, attempt.started, attempt.devices, attempt.slot
-        else:
-            out.append((False, 0, 0.0, 0.0, 0.0))
-            continue
-        end = lines.ends.get(key)
-        taken = lines.slot_starts.get(slot, [])
-        i = bisect.bisect_right(taken, start_off)  # the first start on its slot after its own
-        ok = ok and (end is None or end > lo) and not (i < len(taken) and taken[i] < lo)
-        epoch = state.last_epoch if state is not None else 0
-        end_before = ended_before.get(name)
-        for off, e, en in lines.epochs.get(name, ()):
-            if off > fo:  # a line of the trial's after its first epoch here
-                ok = False
-            elif e is not None:
-                epoch = e if e > epoch else epoch
-                end_before = en if end_before is None else max(en, end_before)
+            ok, epoch, end_before, started, devices = _touched(lines, trials, unproposed, active, orphaned, ended_before,
+                                                               name, key, fo, lo, one)
         if devices not in peaks and slot_peak is not None:
             peaks[devices] = slot_peak(devices)  # as LogAudit.on_epoch fills it (a pure function)
-        out.append((ok, epoch, -np.inf if end_before is None else end_before, started, peaks.get(devices) or 0.0))
-    return out
+        oks.append(ok)
+        epochs.append(epoch)
+        ends.append(inf if end_before is None else end_before)
+        starts.append(started)
+        slot_peaks.append(peaks.get(devices) or 0.0)
+    return oks, epochs, ends, starts, slot_peaks
+
+
+def _touched(lines: _Lines, trials: Any, unproposed: Any, active: Any, orphaned: Any, ended_before: Any, name: str,
+             key: tuple[str, int], fo: int, lo: int, one: bool) -> tuple[bool, int, Any, float, int]:
+    """`_groups` for a trial other lines of the chunk name: (free so far, last epoch, last end or
+    None, its attempt's start, its devices) with what those lines do before its first epoch here."""
+    ok = one and name not in lines.reproposed
+    if name in lines.proposed:
+        ok = ok and lines.proposed[name] < fo
+        state = unproposed.get(name)
+    else:
+        state = trials.get(name)
+        ok = ok and state is not None
+    start = lines.starts.get(key)
+    attempt = active.get(key)
+    if start is not None:
+        ok = ok and attempt is None and key not in orphaned and key not in lines.twice and start[0] < fo
+        start_off, started, devices, slot = start
+    elif attempt is not None:
+        start_off, started, devices, slot = -1, attempt.started, attempt.devices, attempt.slot
+    else:
+        return False, 0, None, 0.0, 1
+    end = lines.ends.get(key)
+    taken = lines.slot_starts.get(slot, [])
+    i = bisect.bisect_right(taken, start_off)  # the first start on its slot after its own
+    ok = ok and (end is None or end > lo) and not (i < len(taken) and taken[i] < lo)
+    epoch = state.last_epoch if state is not None else 0
+    end_before = ended_before.get(name)
+    for off, e, en in lines.epochs.get(name, ()):
+        if off > fo:  # a line of the trial's after its first epoch here
+            ok = False
+        elif e is not None:
+            epoch = e if e > epoch else epoch
+            end_before = en if end_before is None else max(en, end_before)
+    return ok, epoch, end_before, started, devices

@@ -165,8 +165,10 @@ class Fold:
             return
         self.free_epochs += n
         base = c.first_line
-        off = r.offset[sel]
-        t, ended, accuracy = r.t[sel], r.ended_at[sel], r.val_accuracy[sel]
+        if n == len(r.offset):  # every row: the columns as they are
+            off, t, ended, accuracy = r.offset, r.t, r.ended_at, r.val_accuracy
+        else:
+            off, t, ended, accuracy = r.offset[sel], r.t[sel], r.ended_at[sel], r.val_accuracy[sel]
         audit.events += n
         t_max = float(t.max())
         if audit._last_t is None or t_max > audit._last_t:
@@ -223,15 +225,20 @@ class Fold:
         held = np.asarray(p.held_table, dtype=np.int64)
         if not counted.any() and not len(held):
             return
-        order = np.argsort(np.concatenate([held, off[counted]]), kind="stable")
+        every = bool(counted.all())
+        pick = (lambda x: x) if every else (lambda x: x[counted])
+        order = np.argsort(np.concatenate([held, pick(off)]), kind="stable") if len(held) else None
         cols = []
-        for column, free_values in ((table.ended_at, ended[counted]), (table.work, p.work[counted]),
-                                    (table.accuracy, accuracy[counted])):
+        for column, free_values in ((table.ended_at, pick(ended)), (table.work, pick(p.work)),
+                                    (table.accuracy, pick(accuracy))):
+            if order is None:  # no held line added to the table: the free rows' entries follow on
+                cols.append((column, free_values))
+                continue
             held_values = np.frombuffer(column[L0:], dtype=np.float64)
             cols.append((column, np.concatenate([held_values, free_values])[order]))
         for column, merged in cols:
             del column[L0:]
-            column.frombytes(merged.tobytes())
+            column.frombytes(np.ascontiguousarray(merged, dtype=np.float64).tobytes())
         # the running total, summed in line order as the ordinary path sums it
         acc.work = float(np.cumsum(np.concatenate([[p.work_at_start], cols[1][1]]))[-1])
 

@@ -136,11 +136,18 @@ def _merge(info: ArchInfo, analysis: Analysis) -> None:
         info.input_shape, info.output_shape = input_shape, output_shape
 
 
+def _check_trial(trial: Any) -> None:
+    """A trial id that names a directory under trials/ and nothing else (the log names them)."""
+    if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):
+        raise RunIOError(f"invalid trial id {trial!r} (expected t0000, t0001, ...)")
+
+
 class RunDir:
     """A run directory read lazily: `run`, `events()`, `trial_flops(trial, rules)`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._root = str(self.path)
         if not self.path.is_dir():
             raise RunIOError(f"{self.path} is not a directory")
         self._run: dict[str, Any] | None = None
@@ -193,15 +200,15 @@ class RunDir:
 
     # ---- trials ------------------------------------------------------------------------------
     def trial_dir(self, trial: str) -> Path:
-        if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):
-            raise RunIOError(f"invalid trial id {trial!r} (expected t0000, t0001, ...)")
+        _check_trial(trial)
         return self.path / TRIALS / trial
 
     def hparams(self, trial: str) -> dict[str, Any]:
         """trials/<id>/hparams.json (not cached: read it once per trial)."""
-        path = self.trial_dir(trial) / "hparams.json"
+        _check_trial(trial)
         try:
-            data = json.loads(path.read_bytes())
+            with open(os.path.join(self._root, TRIALS, trial, "hparams.json"), "rb") as fh:  # no pathlib: per trial
+                data = json.loads(fh.read())
         except FileNotFoundError:
             raise RunIOError(f"trials/{trial}/hparams.json missing") from None
         except (ValueError, UnicodeDecodeError) as exc:
