@@ -31,7 +31,7 @@ import msgspec
 
 from .epochscan import Chunk, EpochLimits, Scan, decode_records, scan_chunk
 from .eventlog import GENESIS, check_lines, iter_events, truncated
-from .procpool import process_pool
+from .procpool import SharedPool, process_pool
 
 CHUNK = 32 << 20
 """Bytes per chunk (about 100,000 lines of a typical log). The fold's work per chunk grows with the
@@ -101,21 +101,25 @@ def _joined(scan: Scan, number: int, prev: str) -> Chunk | None:
 
 
 def iter_scans(path: str | Path, workers: int | None = None, *, limits: EpochLimits | None = None,
-               allow_partial_tail: bool = False, chunk: int | None = None,
-               min_parallel: int | None = None) -> Iterator[Chunk | tuple[int, dict[str, Any]]]:
+               allow_partial_tail: bool = False, chunk: int | None = None, min_parallel: int | None = None,
+               shared: SharedPool | None = None) -> Iterator[Chunk | tuple[int, dict[str, Any]]]:
     """Every line of the log in order, checked as `eventlog.iter_events` checks them: scanned chunks,
     or `(line number, event)` for the lines of a damaged chunk (up to the LogError they raise).
 
     `workers`: processes scanning chunks of `chunk` bytes (defaults: one per CPU, at most
     `MAX_WORKERS`; `CHUNK`). With fewer than 2, or a log under `min_parallel` bytes (default
     `MIN_PARALLEL`), chunks are scanned in this process. `limits`: the audit's per-epoch checks
-    (epochscan.EpochLimits); an epoch that fails one is sent as its dict.
+    (epochscan.EpochLimits); an epoch that fails one is sent as its dict. `shared`: a pool to use
+    (its owner ends it), instead of one made and ended here.
     """
     path = Path(path)
     size = path.stat().st_size
     workers = min(workers if workers is not None else (os.cpu_count() or 1), MAX_WORKERS)
     small = size < (MIN_PARALLEL if min_parallel is None else min_parallel)
-    pool = process_pool(workers) if workers >= 2 and not small else None
+    if workers < 2 or small:
+        pool = None
+    else:
+        pool = shared.get() if shared is not None else process_pool(workers)
     bounds, tail_start = _bounds(path, size, chunk or CHUNK)
     number, prev = 0, GENESIS
     pending: deque[tuple[tuple[int, int], Future[Scan]]] = deque()
@@ -151,7 +155,9 @@ def iter_scans(path: str | Path, workers: int | None = None, *, limits: EpochLim
             else:
                 number, prev = yield from _sequential(path, start, end, number, prev)
     finally:
-        if pool is not None:
+        for _, future in pending:  # left by an error or by the caller stopping early
+            future.cancel()
+        if pool is not None and shared is None:
             pool.shutdown(wait=True, cancel_futures=True)  # at most one chunk per worker still runs
     if tail_start < size and not allow_partial_tail:
         raise truncated(number + 1)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from . import presets
 from .eventlog import Event, iter_events
 from .graph import Graph
-from .procpool import process_pool
+from .procpool import SharedPool, process_pool
 
 RUN_JSON = "run.json"
 EVENTS = "events.jsonl"
@@ -189,14 +189,15 @@ class RunDir:
             raise RunIOError(f"{EVENTS} missing in {self.path}")
         return iter_events(self.events_path, allow_partial_tail=allow_partial_tail)
 
-    def scans(self, workers: int | None = None, limits: Any = None) -> Iterator[Any]:
+    def scans(self, workers: int | None = None, limits: Any = None, shared: SharedPool | None = None) -> Iterator[Any]:
         """The main log, checked as `events()` checks it, in scanned chunks (spec/logchunks.py
-        `iter_scans`: a large log is read in `workers` processes; `limits`: epochscan.EpochLimits)."""
+        `iter_scans`: a large log is read in `workers` processes, `shared`'s if given; `limits`:
+        epochscan.EpochLimits)."""
         from .logchunks import iter_scans
 
         if not self.events_path.is_file():
             raise RunIOError(f"{EVENTS} missing in {self.path}")
-        return iter_scans(self.events_path, workers, limits=limits)
+        return iter_scans(self.events_path, workers, limits=limits, shared=shared)
 
     # ---- trials ------------------------------------------------------------------------------
     def trial_dir(self, trial: str) -> Path:
@@ -279,7 +280,7 @@ class RunDir:
 
     # ---- parallel prefetch -------------------------------------------------------------------------
     def prefetch(self, rules: str, workers: int | None = None, min_distinct: int = PREFETCH_MIN_DISTINCT,
-                 preset: str | None = None) -> int:
+                 preset: str | None = None, shared: SharedPool | None = None) -> int:
         """Analyse every trial's graph up front, the distinct ones in `workers` processes.
 
         Reads and digests each trials/<id>/graph.json (and, for v1-compat, the kernel_size of its
@@ -290,6 +291,7 @@ class RunDir:
         Does nothing (and returns 0) with fewer than `min_distinct` distinct graphs, one worker, or
         where processes cannot be started (e.g. inside a daemonic worker process): the lazy path
         then does the same work one graph at a time. Returns the number of graphs analysed here.
+        `shared`: the pool to use (verify's, kept open for the log), else one made and ended here.
         """
         workers = workers if workers is not None else (os.cpu_count() or 1)
         if workers < 2:
@@ -301,14 +303,18 @@ class RunDir:
                        if TRIAL_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
         v1 = rules == "v1-compat"
         pool = None
+
+        def get_pool(n: int) -> Any:
+            return shared.get() if shared is not None else process_pool(n)
+
         try:
             if len(names) >= PREFETCH_MIN_TRIALS:
-                pool = process_pool(workers)
+                pool = get_pool(workers)
             read = self._read_in(pool, names, preset, v1, workers) if pool is not None else None
             if read is None:
                 read = self._read_here(names, v1)
             todo: dict[str, tuple[str, set[tuple[str, int]]]] = {}  # digest -> (path, flops keys)
-            shared: dict[str, str] = {}
+            one_str: dict[str, str] = {}
             for trial, digest, facts, ks in read:
                 if facts is not None:
                     self._hparams_facts[trial] = facts
@@ -316,7 +322,7 @@ class RunDir:
                     continue  # the lazy path reports it
                 if ks is not None:
                     self._kernel_by_trial[trial] = ks
-                digest = self._digest_by_trial[trial] = shared.setdefault(digest, digest)  # one str per graph
+                digest = self._digest_by_trial[trial] = one_str.setdefault(digest, digest)  # one str per graph
                 path, keys = todo.setdefault(digest, (str(trials_dir / trial / "graph.json"), set()))
                 keys.add((rules, ks if v1 and ks is not None else DEFAULT_KERNEL_SIZE))
             if len(todo) < min_distinct:
@@ -325,7 +331,7 @@ class RunDir:
             chunk = max(1, min(64, len(items) // (workers * 4)))
             batches = [items[i:i + chunk] for i in range(0, len(items), chunk)]
             if pool is None:
-                pool = process_pool(min(workers, len(batches)))
+                pool = get_pool(min(workers, len(batches)))
             if pool is None:
                 return 0
             try:
@@ -333,7 +339,7 @@ class RunDir:
             except Exception:  # noqa: BLE001 - no processes here (daemonic worker, limits): stay lazy
                 return 0
         finally:
-            if pool is not None:
+            if pool is not None and shared is None:
                 pool.shutdown()
         for batch in results:
             for digest, analysis in batch:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from .eventlog import LogError
 from .fastfold import Fold
 from .fingerprint import EpochFingerprints
 from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
+from .procpool import SharedPool
 from .replay import Replay
 from .retention import RetentionAudit
 from .retention import share as retention_share
@@ -204,8 +206,10 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
             return None
         return flops_pair(counts)
 
+    # One pool for the trials' files and then the log: its workers start once.
+    shared = SharedPool(workers if workers is not None else (os.cpu_count() or 1))
     preset = run.get("preset")
-    run_dir.prefetch(rules, workers, preset=preset if isinstance(preset, str) else None)
+    run_dir.prefetch(rules, workers, preset=preset if isinstance(preset, str) else None, shared=shared)
     acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
@@ -222,7 +226,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     gc.disable()
     try:
         if FAST_FOLD:  # scanned chunks, plain epochs folded in one pass (spec/fastfold.py)
-            for item in run_dir.scans(workers, fold.limits):
+            for item in run_dir.scans(workers, fold.limits, shared):
                 fold.take(item)
         else:  # line by line: the reference the fast fold is tested against
             for event in run_dir.events():
@@ -232,6 +236,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     except RunIOError as exc:
         chain_error = f"cannot be read: {exc}"
     finally:
+        shared.close()
         if collecting:
             gc.enable()
     audit.finish()
