@@ -310,24 +310,16 @@ class RunDir:
         try:
             if len(names) >= PREFETCH_MIN_TRIALS:
                 pool = get_pool(workers)
-            read = self._read_in(pool, names, preset, v1, workers) if pool is not None else None
-            if read is None:
-                read = self._read_here(names, v1)
-            todo: dict[str, tuple[str, set[tuple[str, int]]]] = {}  # digest -> (path, flops keys)
-            one_str: dict[str, str] = {}
-            for trial, digest, facts, ks in read:
-                if facts is not None:
-                    self._hparams_facts[trial] = facts
-                if digest is None or (v1 and ks is None):
-                    continue  # the lazy path reports it
-                if ks is not None:
-                    self._kernel_by_trial[trial] = ks
-                digest = self._digest_by_trial[trial] = one_str.setdefault(digest, digest)  # one str per graph
-                path, keys = todo.setdefault(digest, (str(trials_dir / trial / "graph.json"), set()))
-                keys.add((rules, ks if v1 and ks is not None else DEFAULT_KERNEL_SIZE))
+            todo: dict[str, tuple[str, set[tuple[str, int]], str]] = {}  # digest -> (path, flops keys, digest)
+            try:
+                # merged as the parts come back, while the workers read the next ones
+                self._merge_read(self._read_in(pool, names, preset, v1, workers) if pool is not None else None,
+                                 todo, rules, v1, names)
+            except Exception:  # noqa: BLE001 - a worker died, no processes after all: read here
+                self._merge_read(None, todo, rules, v1, names)
             if len(todo) < min_distinct:
                 return 0
-            items = [(digest, path, sorted(keys)) for digest, (path, keys) in todo.items()]
+            items = [(digest, path, sorted(keys)) for digest, (path, keys, _) in todo.items()]
             chunk = max(1, min(64, len(items) // (workers * 4)))
             batches = [items[i:i + chunk] for i in range(0, len(items), chunk)]
             if pool is None:
@@ -346,6 +338,25 @@ class RunDir:
                 _merge(self._arch_by_digest.setdefault(digest, ArchInfo(digest)), analysis)
         return len(items)
 
+    def _merge_read(self, read: Iterator[tuple[str, str | None, Any, int | None]] | None,
+                    todo: dict[str, tuple[str, set[tuple[str, int]], str]], rules: str, v1: bool,
+                    names: list[str]) -> None:
+        """Take what was read of the trials' files (`read`; None: read `names` here now)."""
+        if read is None:
+            read = iter(self._read_here(names, v1))
+        for trial, digest, facts, ks in read:
+            if facts is not None:
+                self._hparams_facts[trial] = facts
+            if digest is None or (v1 and ks is None):
+                continue  # the lazy path reports it
+            if ks is not None:
+                self._kernel_by_trial[trial] = ks
+            entry = todo.get(digest)
+            if entry is None:  # the first trial with this graph (its digest str is then shared)
+                entry = todo[digest] = (os.path.join(self._root, TRIALS, trial, "graph.json"), set(), digest)
+            self._digest_by_trial[trial] = entry[2]
+            entry[1].add((rules, ks if v1 and ks is not None else DEFAULT_KERNEL_SIZE))
+
     def _read_here(self, names: list[str], v1: bool) -> list[tuple[str, str | None, Any, int | None]]:
         out: list[tuple[str, str | None, Any, int | None]] = []
         for trial in names:
@@ -358,15 +369,12 @@ class RunDir:
         return out
 
     def _read_in(self, pool: Any, names: list[str], preset: str | None, v1: bool,
-                 workers: int) -> list[tuple[str, str | None, Any, int | None]] | None:
+                 workers: int) -> Iterator[tuple[str, str | None, Any, int | None]]:
         step = max(256, -(-len(names) // (workers * 8)))
         parts = [names[i:i + step] for i in range(0, len(names), step)]
         k = len(parts)
-        try:
-            return [x for part in pool.map(_read_trials, [str(self.path)] * k, parts, [preset] * k, [v1] * k)
-                    for x in part]
-        except Exception:  # noqa: BLE001 - no processes after all: read here
-            return None
+        results = pool.map(_read_trials, [self._root] * k, parts, [preset] * k, [v1] * k)  # submits them all
+        return (x for part in results for x in part)
 
     @property
     def distinct_architectures(self) -> int:
