@@ -4,7 +4,8 @@ damaged every way the checks care about: tampered, cut short, reordered, a bad l
 a chunk, and — with chunks of a few lines — a chunk boundary inside every trial's epochs.
 
 Each case is verified line by line once, then chunked in this process at two chunk sizes; a few
-cases with two worker processes too. About 20 s.
+cases with two worker processes too; then 40 logs with random values in random fields of random
+epoch lines. About 30 s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 from aiperf_runner.spec import fastfold, logchunks, runio
 from aiperf_runner.spec import verify as verify_module
 from aiperf_runner.spec.eventlog import GENESIS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from devdata.runfactory import TestWitness, make_run
 
@@ -97,6 +100,35 @@ def first_epochs_with_accelerators(lines: list[bytes]) -> list[bytes]:
     return out
 
 
+def early_epoch(lines: list[bytes], k: int) -> int:
+    """The first line from the k-th epoch on that is a trial's second epoch (its end is far off, so no
+    other line near it names the trial)."""
+    return next(i for i in epochs_at(lines)[k:] if json.loads(lines[i])["epoch"] == 2)
+
+
+def clash_on_slot_of(lines: list[bytes], k: int) -> list[bytes]:
+    """A trial no other line names started on the slot of an early epoch's trial, just before it:
+    that trial's later epochs belong to an attempt the replay dropped."""
+    i = early_epoch(lines, k)
+    d = json.loads(lines[i])
+    started = next(json.loads(x) for x in lines if b'"type":"trial_started"' in x
+                   and json.loads(x)["trial"] == d["trial"] and json.loads(x)["attempt"] == d["attempt"])
+    new = {"prev": GENESIS, "seq": 0, "t": d["t"], "type": "trial_started", "trial": "t0999", "attempt": 1,
+           "slot": started["slot"], "nodes": [], "devices": 1}
+    return lines[:i] + [json.dumps(new, sort_keys=True, separators=(",", ":")).encode()] + lines[i:]
+
+
+def repeat_after(lines: list[bytes], k: int) -> list[bytes]:
+    """A trial's first epoch logged again (with a field more) just after its third, from the k-th
+    epoch on: a repeat that reads what the epochs before it in the same chunk left."""
+    i = next(i for i in epochs_at(lines)[k:] if json.loads(lines[i])["epoch"] == 3)
+    trial = json.loads(lines[i])["trial"]
+    first = next(x for x in lines if b'"type":"epoch_end"' in x and json.loads(x)["trial"] == trial
+                 and json.loads(x)["epoch"] == 1)
+    d = {**json.loads(first), "x": 1, "t": json.loads(lines[i])["t"]}
+    return lines[:i + 1] + [json.dumps(d, sort_keys=True, separators=(",", ":")).encode()] + lines[i + 1:]
+
+
 # name -> (edit, rechain afterwards)
 DAMAGE: dict[str, tuple[Edit, bool]] = {
     "intact": (lambda lines: lines, False),
@@ -123,6 +155,8 @@ DAMAGE: dict[str, tuple[Edit, bool]] = {
     "ended-back": (edit_json(40, lambda d: d.update(ended_at=d["ended_at"] - 9.0, started_at=d["started_at"] - 9.0)),
                    True),
     "evaluated-wrong": (edit_json(40, lambda d: d.update(images_evaluated=5)), True),
+    "trained-too-many": (edit_json(40, lambda d: d.update(images_trained=4000 + 40 + 1024 + 1)), True),  # cap + 1
+    "ended-after-its-line": (edit_json(40, lambda d: d.update(ended_at=d["t"] + 1000.0)), True),
     "too-fast": (edit_json(40, lambda d: d.update(started_at=d["ended_at"] - 1e-9)), True),
     "zero-accuracy": (every_epoch(5, lambda x: re.sub(rb'"val_accuracy":[0-9.e-]+', b'"val_accuracy":0.0', x)), True),
     "int-fields": (every_epoch(7, lambda x: re.sub(rb'"(t|val_accuracy|seconds)":([0-9]+)\.[0-9]+', rb'"\1":\2', x)),
@@ -141,6 +175,8 @@ DAMAGE: dict[str, tuple[Edit, bool]] = {
                                             "slot": 0, "nodes": [], "devices": 1}), True),
     "clash-on-slot": (insert(40, lambda d: {"type": "trial_started", "trial": "t0001", "attempt": 5, "slot": 0,
                                             "nodes": [], "devices": 1}), True),
+    "clash-on-a-quiet-slot": (lambda lines: clash_on_slot_of(lines, 40), True),
+    "repeat-after-epochs": (lambda lines: repeat_after(lines, 40), True),
     "bad-start": (insert(40, lambda d: {"type": "trial_started", "trial": d["trial"], "attempt": 9, "slot": "x",
                                         "nodes": [], "devices": 1}), True),
     "finished-early": (insert(40, lambda d: {"type": "trial_finished", "trial": d["trial"], "attempt": d["attempt"],
@@ -170,6 +206,12 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                               epoch_seconds=lambda i, e: 2.0 + 0.37 * ((i * 7 + e) % 5)).path,
         "v1-unfinished": make_run(root / "v1", slots=3, trials=12, epochs=5, rules="v1-compat", finish=False,
                                   archs=3, retry_trials={4}).path,
+        # slots in step: epochs of several trials end at the same instant (the table's order shows)
+        "in-step": make_run(root / "in-step", slots=6, trials=24, epochs=6, epoch_seconds=10.0, archs=5).path,
+        # two devices per slot (an attempt the replay dropped is charged one: its rate to peak shows)
+        "two-devices": make_run(root / "two-devices", slots=3, trials=12, epochs=8, epoch_seconds=30.0,
+                                preset="imagenet", precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3",
+                                accelerator_count=6, devices_per_slot=2, declared_peak=6 * 989.4e12).path,
         "imagenet-peak": make_run(root / "imagenet", slots=2, trials=10, epochs=4, epoch_seconds=30.0,
                                   preset="imagenet", precision="bf16", accelerator_model="NVIDIA H100 80GB HBM3",
                                   accelerator_count=2, devices_per_slot=1, declared_peak=2 * 989.4e12).path,
@@ -180,9 +222,8 @@ def report(path: Path, **kw: Any) -> str:
     return json.dumps(verify_module.verify(path, witness_keys=WITNESS.keys, **kw), sort_keys=True)
 
 
-@pytest.fixture
-def folds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[fastfold.Fold]]:
-    """Every Fold verify() makes (to count the epochs folded a chunk at a time)."""
+def record_folds(monkeypatch: pytest.MonkeyPatch) -> list[fastfold.Fold]:
+    """Every Fold verify() makes from now on (its state after the fold, the epochs it folded at once)."""
     made: list[fastfold.Fold] = []
     init = fastfold.Fold.__init__
 
@@ -191,7 +232,12 @@ def folds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[fastfold.Fold]]:
         made.append(self)
 
     monkeypatch.setattr(fastfold.Fold, "__init__", spy)
-    yield made
+    return made
+
+
+@pytest.fixture
+def folds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[fastfold.Fold]]:
+    yield record_folds(monkeypatch)
 
 
 def reports_alike(path: Path, monkeypatch: pytest.MonkeyPatch, modes: list[tuple[int, int]]) -> None:
@@ -212,7 +258,7 @@ def test_damaged_logs_report_alike(name: str, bases: dict[str, Path], tmp_path: 
     assert folds[-1].fast and sum(f.free_epochs for f in folds) > 0  # the chunked fold did fold epochs
 
 
-@pytest.mark.parametrize("base", ["v1-unfinished", "imagenet-peak"])
+@pytest.mark.parametrize("base", ["v1-unfinished", "imagenet-peak", "in-step"])
 @pytest.mark.parametrize("name", ["intact", "accelerators", "time-back", "epoch-repeated", "too-fast", "int-fields"])
 def test_other_runs_report_alike(base: str, name: str, bases: dict[str, Path], tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,24 +295,131 @@ def test_trial_files_read_in_workers_report_alike(bases: dict[str, Path], tmp_pa
     assert not bound["passed"] and "t0003/hparams.json" in bound["message"]
 
 
-def replay_state(path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, chunk: int = 2000) -> str:
-    """Everything the replay of a verification holds (what the service stores its trials from)."""
+def fold_state(path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, chunk: int = 2000) -> str:
+    """Everything the fold of a verification leaves: the replay (what the service stores its trials
+    from), the score's table in its order, the audit's, the fingerprints' and the witness's state."""
     monkeypatch.setattr(verify_module, "FAST_FOLD", fast)
     monkeypatch.setattr(logchunks, "MIN_PARALLEL", 0)
     monkeypatch.setattr(logchunks, "CHUNK", chunk)
+    folds = record_folds(monkeypatch)
     replay = verify_module.verify_run(path, workers=1, witness_keys=WITNESS.keys).replay
+    fold = folds[-1]
 
-    def slots(obj: Any) -> dict[str, Any]:
-        return {name: getattr(obj, name) for name in type(obj).__slots__}
+    def canon(v: Any) -> Any:
+        if hasattr(v, "messages") and hasattr(v, "count"):  # Findings
+            return ("findings", v.count, v.messages)
+        if isinstance(v, dict):
+            return sorted((repr(k), canon(x)) for k, x in v.items())
+        if isinstance(v, (list, tuple, set)):
+            return [canon(x) for x in (sorted(v, key=repr) if isinstance(v, set) else v)]
+        if hasattr(type(v), "__slots__") and not isinstance(v, (str, bytes, int, float)):
+            return canon({name: getattr(v, name) for name in type(v).__slots__})
+        return v
 
-    trials = [{**slots(tr), "attempts": [slots(a) for a in tr.attempts]} for tr in replay.all_trials()]
-    scalars = {k: v for k, v in vars(replay).items() if not k.startswith("_on_") and k not in ("trials", "unproposed")}
-    return repr((trials, sorted(scalars.items(), key=lambda kv: kv[0])))
+    def plain(obj: Any, *skip: str) -> Any:
+        return canon({k: v for k, v in vars(obj).items() if k not in skip and not k.startswith("_on_")})
+
+    table = fold.acc.table
+    state = {"replay": plain(replay, "trials", "unproposed"),
+             "trials": [canon(tr) for tr in replay.all_trials()],
+             "table": (table.ended_at.tobytes(), table.work.tobytes(), table.accuracy.tobytes()),
+             "work": fold.acc.work, "uncounted": fold.acc.uncounted_epochs,
+             "audit": plain(fold.audit, "replay", "th", "flops_for", "slot_peak", "_slot_peaks"),  # (a memo)
+             "fingerprints": (fold.fingerprints.digests, fold.fingerprints._counted),
+             "witness": plain(fold.witness, "replay", "witness_keys")}
+    return repr(state)
 
 
 @pytest.mark.parametrize("name", ["intact", "accelerators", "epoch-repeated", "finished-early", "slot-lost",
-                                  "clash-on-slot", "int-fields", "truncated"])
-def test_replays_alike(name: str, bases: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trials, attempts and counts of the replay, not only the report (the service's trials)."""
-    run = damaged(bases["witnessed"], tmp_path / "run", name)
-    assert replay_state(run, monkeypatch, True) == replay_state(run, monkeypatch, False)
+                                  "clash-on-slot", "clash-on-a-quiet-slot", "repeat-after-epochs", "int-fields",
+                                  "truncated", "times-back", "heartbeat-before-epoch"])
+@pytest.mark.parametrize("base", ["witnessed", "in-step", "two-devices"])
+def test_fold_states_alike(name: str, base: str, bases: dict[str, Path], tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only the report: the replay (the service's trials), the score's table entry by entry in
+    its order (equal end times keep it), the audit's findings and the witness's windows."""
+    run = damaged(bases[base], tmp_path / "run", name)
+    for chunk in (900, 4000):
+        assert fold_state(run, monkeypatch, True, chunk) == fold_state(run, monkeypatch, False)
+
+
+FIELDS = ["attempt", "ended_at", "epoch", "images_evaluated", "images_trained", "seconds", "started_at", "t", "trial",
+          "val_accuracy", "val_loss", "accelerators", "x"]
+VALUES = st.one_of(st.sampled_from([0, 1, 2, -1, 0.0, -0.0, 1.0, 0.5, 1e308, 2**63, 2**64 + 1, True, None, "", "t0001",
+                                    "t9999", [], {}, {"cpu": 1}]),
+                   st.floats(allow_nan=False, allow_infinity=False), st.integers(-10, 10**6))
+
+
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 130), st.sampled_from(FIELDS), VALUES), min_size=1, max_size=6),
+       st.sampled_from([900, 2500]))
+def test_any_epoch_edits_report_alike(bases: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+                                      edits: list[tuple[int, str, Any]], chunk: int) -> None:
+    """Epoch lines with any value in any field (re-chained): the same report either way."""
+    run = tmp_path_factory.mktemp("edit") / "run"
+    shutil.copytree(bases["witnessed"], run)
+    log = run / "events.jsonl"
+    lines = log.read_bytes().split(b"\n")[:-1]
+    at = epochs_at(lines)
+    for k, key, value in edits:
+        i = at[k % len(at)]
+        d = json.loads(lines[i])
+        d[key] = value
+        lines[i] = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+    log.write_bytes(b"\n".join(rechain(lines)) + b"\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify_module, "FAST_FOLD", False)
+        expected = report(run, workers=1)
+        mp.setattr(verify_module, "FAST_FOLD", True)
+        mp.setattr(logchunks, "MIN_PARALLEL", 0)
+        mp.setattr(logchunks, "CHUNK", chunk)
+        assert report(run, workers=1) == expected
+
+
+def test_a_heartbeat_ending_a_chunk(bases: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat as a chunk's last line: its hash is the next chunk's first epoch's prev."""
+    run = damaged(bases["witnessed"], tmp_path / "run", "heartbeat-before-epoch")
+    raw = (run / "events.jsonl").read_bytes()
+    end = raw.index(b"\n", raw.index(b'"type":"heartbeat","work":1.0')) + 1  # just after the inserted heartbeat
+    for chunk in (end - 1, end - 60):  # the first chunk cut right after it; a later one
+        assert fold_state(run, monkeypatch, True, chunk) == fold_state(run, monkeypatch, False)
+
+
+def test_equal_rates_to_peak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two epochs at the same, highest rate to peak at different rates (the first on 1 device over
+    20 s, the other on 2 over 10 s; that one held): the fastest epoch reported is the first."""
+    from devdata.runfactory import RunBuilder
+
+    b = RunBuilder(tmp_path / "run", slots=2, preset="imagenet", precision="bf16",
+                   accelerator_model="NVIDIA H100 80GB HBM3", accelerator_count=4, devices_per_slot=2,
+                   declared_peak=4 * 989.4e12)
+    for tid in ("t0000", "t0001"):
+        b.trial(tid, 1.0)
+    b.start_trial("t0000", 2.0, slot=0, devices=2)
+    b.start_trial("t0001", 2.0, slot=1, devices=1)
+    for e in range(1, 40):
+        end = 30.0 + 30 * e
+        fast = e == 30  # both twice as fast: the new highest rate to peak, reached twice in one chunk
+        for tid, seconds in (("t0001", 20.0), ("t0000", 10.0)):
+            extra = {"accelerators": {"NVIDIA H100 80GB HBM3": 2}} if (tid, e) == ("t0000", 30) else {}
+            b.epoch(tid, e, started_at=end - seconds / (2 if fast else 1), ended_at=end, trained=1000,
+                    evaluated=50_000, accuracy=0.5, t=end + 0.5, **extra)
+    b.finish_trial("t0000", 1300.0, epochs=39, best=0.5)
+    b.finish_trial("t0001", 1300.0, epochs=39, best=0.5)
+    run = b.close(finish_t=1301.0)
+    for chunk in (1500, 4000, 20000):
+        assert fold_state(run, monkeypatch, True, chunk) == fold_state(run, monkeypatch, False)
+
+
+def test_a_full_fingerprint_sample(bases: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample's last places taken in line order by held and free epochs alike (a sample of 7,
+    most epochs candidates)."""
+    from aiperf_runner.spec import epochplan, fingerprint
+
+    for module in (fingerprint, fastfold, epochplan):  # the first 2, then 1 in 3: 7 at most
+        for name, value in (("MOST", 7), ("FIRST", 2), ("EVERY", 3)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, value)
+    for name in ("intact", "accelerators", "int-fields"):
+        reports_alike(damaged(bases["in-step"], tmp_path / name, name), monkeypatch, [(1, 900), (1, 3000)])
