@@ -24,7 +24,8 @@ would add.
 
 Measured on 2 CPUs (load average about 2 with the bench running), the fastest of 2 runs:
 4,096 slots: json.loads 42.2 s wall (42.0 s CPU), verify 31.9 s wall (57.3 s CPU): 0.76x wall, 1.36x
-CPU; peak RSS 900 MiB (verify), 264 MiB (each worker). 512 slots: 0.93x wall, 1.72x CPU, 225 MiB.
+CPU; peak RSS 900 MiB (verify), 264 MiB (each worker); 0.76x to 0.83x over three such runs.
+512 slots: 0.93x wall, 1.72x CPU, 225 MiB.
 Before the chunked fold the 4,096-slot log took 3.5x the parse's wall time (docs/score.md, "Cost").
 """
 
