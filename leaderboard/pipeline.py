@@ -36,7 +36,7 @@ from aiperf_runner.spec import SPEC_VERSION, peaks
 from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
-from aiperf_runner.spec.verify import verify
+from aiperf_runner.spec.verify import verify_run
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, ProtectedError, Q
@@ -188,9 +188,12 @@ def _verify(sub: Submission) -> dict[str, Any]:
             _step("recompute", sub.pk)
             system = registered_system(sub, run_json)
             records, _attempt = witness.records(sub.run_id, sub.site, sub.pk)
-            report = verify(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
-                            rules_version=rules_version(), system=systems.registration(system) if system else None,
-                            witness_keys=witness.public_keys(), records=records)
+            # One read of the log: the report, and the replay the stored trials come from.
+            verified = verify_run(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
+                                  rules_version=rules_version(),
+                                  system=systems.registration(system) if system else None,
+                                  witness_keys=witness.public_keys(), records=records)
+            report = verified.report
 
             _step("rules", sub.pk)
             reasons: list[Reason] = duplicate_of(sub, report["epoch_fingerprints"])
@@ -201,7 +204,7 @@ def _verify(sub: Submission) -> dict[str, Any]:
                 raise Rejected("integrity", "the verification report failed integrity")
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
-            trials = _trials(run_dir, report["rules"])
+            trials = _trials(verified.replay, verified.run_dir, report["rules"])
     except Rejected as exc:
         raise exc.within("integrity") from None  # a bundle check of the upload, made again here
     return {"report": report, "run": run_json, "trials": trials, "manifest": manifest, "system": system}
@@ -267,9 +270,9 @@ def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude
 STORED_STATUS = {"retry": "failed"}  # a retry the run never got to: failed, as the timeline shows it
 
 
-def _trials(run_dir: RunDir, rules: str) -> list[dict[str, Any]]:
-    """Per-trial summaries for the charts, from the (already verified) main log's replay."""
-    replay = Replay.load(run_dir.events_path, allow_partial_tail=False)
+def _trials(replay: Replay, run_dir: RunDir, rules: str) -> list[dict[str, Any]]:
+    """Per-trial summaries for the charts, from the verified main log's replay (verify's own fold:
+    the log is not read again) and the FLOPs verify counted."""
     t0 = replay.first_t or 0.0
     out = []
     for tr in replay.trials.values():

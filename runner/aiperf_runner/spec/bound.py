@@ -12,14 +12,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from . import presets
 from .audit import Findings
 from .replay import Replay
-from .runio import RunDir, RunIOError
+from .runio import RunDir, RunIOError, canonical_digest
 
 RUN_STARTED_BOUND = ("rules", "preset", "precision", "slots", "devices_per_slot")
 DATASET_BOUND = ("train_images", "val_images", "classes", "image_size")
@@ -70,16 +69,11 @@ def _trials(preset: presets.PresetSpec, classes: Any, replay: Replay, run_dir: R
                          f"fixes {list(want_in)}")
         if arch.output_shape is not None and tuple(arch.output_shape) != (classes,):
             found.add(0, f"{where}/graph.json outputs {list(arch.output_shape)}; the data set has {classes} classes")
-        try:
-            hp = run_dir.hparams(tr.trial)
-        except RunIOError as exc:
-            found.add(0, str(exc))
+        facts = run_dir.hparams_facts(tr.trial, preset.space)  # read in parallel by RunDir.prefetch, if many
+        if facts.error is not None:
+            found.add(0, facts.error)
             continue
-        if _canonical(hp) != _canonical(tr.hparams):
+        if facts.canonical != canonical_digest(tr.hparams):
             found.add(0, f"{where}/hparams.json differs from the hyper-parameters its trial_proposed logged")
-        for problem in preset.space.problems(hp):
+        for problem in facts.problems:
             found.add(0, f"{where}/hparams.json: {problem}")
-
-
-def _canonical(d: Mapping[str, Any]) -> str:
-    return json.dumps(d, sort_keys=True, separators=(",", ":"))

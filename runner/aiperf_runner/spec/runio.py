@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from . import presets
 from .eventlog import Event, iter_events
 from .graph import Graph
+from .procpool import SharedPool, process_pool
 
 RUN_JSON = "run.json"
 EVENTS = "events.jsonl"
@@ -46,6 +49,23 @@ class ArchInfo:
 
 PREFETCH_MIN_DISTINCT = 64
 """`RunDir.prefetch` uses processes only from this many distinct graphs on (process start-up costs)."""
+PREFETCH_MIN_TRIALS = 2048
+"""... and reads the trials' files in processes from this many trials on."""
+
+
+class HparamsFacts(NamedTuple):
+    """What verification needs of a trial's hparams.json (spec/bound.py): the SHA-256 of its
+    canonical JSON, or the RunIOError message of a file that cannot be read; the preset's space's
+    problems with it."""
+
+    canonical: bytes | None
+    error: str | None
+    problems: tuple[str, ...]
+
+
+def canonical_digest(d: Mapping[str, Any]) -> bytes:
+    """SHA-256 of `d` as canonical JSON (keys sorted, no spaces): hyper-parameters compare by it."""
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).digest()
 
 
 Analysis = tuple[str | None, str | None, dict[tuple[str, int], Any], tuple[int, ...] | None, tuple[int, ...] | None]
@@ -83,6 +103,28 @@ def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]) -> list[
     return out
 
 
+def _read_trials(root: str, trials: list[str], preset: str | None,
+                 v1: bool) -> list[tuple[str, str | None, HparamsFacts, int | None]]:
+    """Process-pool task: each trial's graph.json digest (None: unreadable; `arch` reports it), its
+    hparams facts and, for v1-compat, its kernel size (None where `kernel_size` would raise)."""
+    run, space = RunDir(root), getattr(presets.get(preset), "space", None)
+    out = []
+    for trial in trials:
+        try:
+            with open(os.path.join(root, TRIALS, trial, "graph.json"), "rb") as fh:
+                digest: str | None = hashlib.sha256(fh.read()).hexdigest()
+        except OSError:
+            digest = None
+        ks = None
+        if v1:
+            try:
+                ks = run.kernel_size(trial)
+            except RunIOError:
+                pass
+        out.append((trial, digest, run.hparams_facts(trial, space), ks))
+    return out
+
+
 def _merge(info: ArchInfo, analysis: Analysis) -> None:
     arch_hash, error, flops, input_shape, output_shape = analysis
     if arch_hash is not None:
@@ -94,17 +136,25 @@ def _merge(info: ArchInfo, analysis: Analysis) -> None:
         info.input_shape, info.output_shape = input_shape, output_shape
 
 
+def _check_trial(trial: Any) -> None:
+    """A trial id that names a directory under trials/ and nothing else (the log names them)."""
+    if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):
+        raise RunIOError(f"invalid trial id {trial!r} (expected t0000, t0001, ...)")
+
+
 class RunDir:
     """A run directory read lazily: `run`, `events()`, `trial_flops(trial, rules)`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._root = str(self.path)
         if not self.path.is_dir():
             raise RunIOError(f"{self.path} is not a directory")
         self._run: dict[str, Any] | None = None
         self._arch_by_digest: dict[str, ArchInfo] = {}
         self._digest_by_trial: dict[str, str] = {}
         self._kernel_by_trial: dict[str, int] = {}
+        self._hparams_facts: dict[str, HparamsFacts] = {}
 
     # ---- run.json ------------------------------------------------------------------------------
     @property
@@ -139,26 +189,27 @@ class RunDir:
             raise RunIOError(f"{EVENTS} missing in {self.path}")
         return iter_events(self.events_path, allow_partial_tail=allow_partial_tail)
 
-    def records(self, workers: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(line, event) of the main log, checked as `events()` checks them; a large log is read in
-        `workers` processes (spec/logchunks.py)."""
-        from .logchunks import iter_records
+    def scans(self, workers: int | None = None, limits: Any = None, shared: SharedPool | None = None) -> Iterator[Any]:
+        """The main log, checked as `events()` checks it, in scanned chunks (spec/logchunks.py
+        `iter_scans`: a large log is read in `workers` processes, `shared`'s if given; `limits`:
+        epochscan.EpochLimits)."""
+        from .logchunks import iter_scans
 
         if not self.events_path.is_file():
             raise RunIOError(f"{EVENTS} missing in {self.path}")
-        return iter_records(self.events_path, workers)
+        return iter_scans(self.events_path, workers, limits=limits, shared=shared)
 
     # ---- trials ------------------------------------------------------------------------------
     def trial_dir(self, trial: str) -> Path:
-        if not isinstance(trial, str) or not TRIAL_ID.fullmatch(trial):
-            raise RunIOError(f"invalid trial id {trial!r} (expected t0000, t0001, ...)")
+        _check_trial(trial)
         return self.path / TRIALS / trial
 
     def hparams(self, trial: str) -> dict[str, Any]:
         """trials/<id>/hparams.json (not cached: read it once per trial)."""
-        path = self.trial_dir(trial) / "hparams.json"
+        _check_trial(trial)
         try:
-            data = json.loads(path.read_bytes())
+            with open(os.path.join(self._root, TRIALS, trial, "hparams.json"), "rb") as fh:  # no pathlib: per trial
+                data = json.loads(fh.read())
         except FileNotFoundError:
             raise RunIOError(f"trials/{trial}/hparams.json missing") from None
         except (ValueError, UnicodeDecodeError) as exc:
@@ -166,6 +217,17 @@ class RunDir:
         if not isinstance(data, dict):
             raise RunIOError(f"trials/{trial}/hparams.json is not a JSON object")
         return data
+
+    def hparams_facts(self, trial: str, space: Any) -> HparamsFacts:
+        """What `integrity.bound` checks of hparams.json (prefetched, else read now; not kept)."""
+        facts = self._hparams_facts.pop(trial, None)
+        if facts is not None:
+            return facts
+        try:
+            hp = self.hparams(trial)
+        except RunIOError as exc:
+            return HparamsFacts(None, str(exc), ())
+        return HparamsFacts(canonical_digest(hp), None, tuple(space.problems(hp)) if space is not None else ())
 
     def kernel_size(self, trial: str) -> int:
         """The trial's `kernel_size` hyper-parameter (default 3), read from hparams.json once."""
@@ -217,57 +279,102 @@ class RunDir:
         return info.flops[key]
 
     # ---- parallel prefetch -------------------------------------------------------------------------
-    def prefetch(self, rules: str, workers: int | None = None, min_distinct: int = PREFETCH_MIN_DISTINCT) -> int:
+    def prefetch(self, rules: str, workers: int | None = None, min_distinct: int = PREFETCH_MIN_DISTINCT,
+                 preset: str | None = None, shared: SharedPool | None = None) -> int:
         """Analyse every trial's graph up front, the distinct ones in `workers` processes.
 
         Reads and digests each trials/<id>/graph.json (and, for v1-compat, the kernel_size of its
-        hparams.json) in this process, then hashes and counts the FLOPs of each distinct
-        (graph, kernel_size) in a process pool. Later `arch` / `trial_flops` calls are cache hits.
+        hparams.json), then hashes and counts the FLOPs of each distinct (graph, kernel_size) in a
+        process pool. From `PREFETCH_MIN_TRIALS` trials on, the files are read in the pool too, and
+        each hparams.json's facts for `integrity.bound` (under `preset`'s space) are kept until
+        `hparams_facts` asks for them. Later `arch` / `trial_flops` calls are cache hits.
         Does nothing (and returns 0) with fewer than `min_distinct` distinct graphs, one worker, or
         where processes cannot be started (e.g. inside a daemonic worker process): the lazy path
         then does the same work one graph at a time. Returns the number of graphs analysed here.
+        `shared`: the pool to use (verify's, kept open for the log), else one made and ended here.
         """
-        import os
-
         workers = workers if workers is not None else (os.cpu_count() or 1)
         if workers < 2:
             return 0
         trials_dir = self.path / TRIALS
         if not trials_dir.is_dir():
             return 0
-        todo: dict[str, tuple[str, set[tuple[str, int]]]] = {}  # digest -> (path, flops keys)
-        for entry in sorted(os.scandir(trials_dir), key=lambda e: e.name):
-            if not TRIAL_ID.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
-                continue
-            trial = entry.name
-            try:
-                raw = (Path(entry.path) / "graph.json").read_bytes()
-                ks = self.kernel_size(trial) if rules == "v1-compat" else DEFAULT_KERNEL_SIZE
-            except (OSError, RunIOError):
-                continue  # the lazy path reports it
-            digest = hashlib.sha256(raw).hexdigest()
-            self._digest_by_trial[trial] = digest
-            path, keys = todo.setdefault(digest, (str(Path(entry.path) / "graph.json"), set()))
-            keys.add((rules, ks))
-        if len(todo) < min_distinct:
-            return 0
-        items = [(digest, path, sorted(keys)) for digest, (path, keys) in todo.items()]
-        chunk = max(1, min(64, len(items) // (workers * 4)))
-        batches = [items[i:i + chunk] for i in range(0, len(items), chunk)]
-        try:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
+        names = sorted(e.name for e in os.scandir(trials_dir)
+                       if TRIAL_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+        v1 = rules == "v1-compat"
+        pool = None
 
-            ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                              else "spawn")
-            with ProcessPoolExecutor(max_workers=min(workers, len(batches)), mp_context=ctx) as pool:
+        def get_pool(n: int) -> Any:
+            return shared.get() if shared is not None else process_pool(n)
+
+        try:
+            if len(names) >= PREFETCH_MIN_TRIALS:
+                pool = get_pool(workers)
+            todo: dict[str, tuple[str, set[tuple[str, int]], str]] = {}  # digest -> (path, flops keys, digest)
+            try:
+                # merged as the parts come back, while the workers read the next ones
+                self._merge_read(self._read_in(pool, names, preset, v1, workers) if pool is not None else None,
+                                 todo, rules, v1, names)
+            except Exception:  # noqa: BLE001 - a worker died, no processes after all: read here
+                self._merge_read(None, todo, rules, v1, names)
+            if len(todo) < min_distinct:
+                return 0
+            items = [(digest, path, sorted(keys)) for digest, (path, keys, _) in todo.items()]
+            chunk = max(1, min(64, len(items) // (workers * 4)))
+            batches = [items[i:i + chunk] for i in range(0, len(items), chunk)]
+            if pool is None:
+                pool = get_pool(min(workers, len(batches)))
+            if pool is None:
+                return 0
+            try:
                 results = list(pool.map(_analyse_batch, batches))
-        except Exception:  # noqa: BLE001 - no processes here (daemonic worker, limits): stay lazy
-            return 0
+            except Exception:  # noqa: BLE001 - no processes here (daemonic worker, limits): stay lazy
+                return 0
+        finally:
+            if pool is not None and shared is None:
+                pool.shutdown()
         for batch in results:
             for digest, analysis in batch:
                 _merge(self._arch_by_digest.setdefault(digest, ArchInfo(digest)), analysis)
         return len(items)
+
+    def _merge_read(self, read: Iterator[tuple[str, str | None, Any, int | None]] | None,
+                    todo: dict[str, tuple[str, set[tuple[str, int]], str]], rules: str, v1: bool,
+                    names: list[str]) -> None:
+        """Take what was read of the trials' files (`read`; None: read `names` here now)."""
+        if read is None:
+            read = iter(self._read_here(names, v1))
+        for trial, digest, facts, ks in read:
+            if facts is not None:
+                self._hparams_facts[trial] = facts
+            if digest is None or (v1 and ks is None):
+                continue  # the lazy path reports it
+            if ks is not None:
+                self._kernel_by_trial[trial] = ks
+            entry = todo.get(digest)
+            if entry is None:  # the first trial with this graph (its digest str is then shared)
+                entry = todo[digest] = (os.path.join(self._root, TRIALS, trial, "graph.json"), set(), digest)
+            self._digest_by_trial[trial] = entry[2]
+            entry[1].add((rules, ks if v1 and ks is not None else DEFAULT_KERNEL_SIZE))
+
+    def _read_here(self, names: list[str], v1: bool) -> list[tuple[str, str | None, Any, int | None]]:
+        out: list[tuple[str, str | None, Any, int | None]] = []
+        for trial in names:
+            try:
+                raw = (self.path / TRIALS / trial / "graph.json").read_bytes()
+                ks = self.kernel_size(trial) if v1 else None
+            except (OSError, RunIOError):
+                continue  # the lazy path reports it
+            out.append((trial, hashlib.sha256(raw).hexdigest(), None, ks))
+        return out
+
+    def _read_in(self, pool: Any, names: list[str], preset: str | None, v1: bool,
+                 workers: int) -> Iterator[tuple[str, str | None, Any, int | None]]:
+        step = max(256, -(-len(names) // (workers * 8)))
+        parts = [names[i:i + step] for i in range(0, len(names), step)]
+        k = len(parts)
+        results = pool.map(_read_trials, [self._root] * k, parts, [preset] * k, [v1] * k)  # submits them all
+        return (x for part in results for x in part)
 
     @property
     def distinct_architectures(self) -> int:

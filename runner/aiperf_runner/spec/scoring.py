@@ -146,19 +146,22 @@ def compute_series(table: EpochTable, t0: float | None, end: float | None, rules
     ended = np.frombuffer(table.ended_at, dtype=np.float64) if len(table) else np.empty(0)
     work = np.frombuffer(table.work, dtype=np.float64) if len(table) else np.empty(0)
     acc = np.frombuffer(table.accuracy, dtype=np.float64) if len(table) else np.empty(0)
-    # Sorted by end time, cumulated in place: 32 transient bytes per epoch.
+    # Sorted by end time (stable: equal ends keep their order), cumulated in place; one column at a
+    # time, so that 16 transient bytes per epoch are held at once (the order and one column).
     order = np.argsort(ended, kind="stable")
-    ended_s = ended[order]
-    cum_work = work[order]
-    np.cumsum(cum_work, out=cum_work)
-    cum_acc = acc[order]
-    np.maximum.accumulate(cum_acc, out=cum_acc)
-    del order
     # k = number of epochs ended by t0 + t (ended_at <= t0 + t); the value after k epochs is cum[k - 1]
-    k = np.searchsorted(ended_s, t0 + ts, side="right")
+    k = np.searchsorted(ended[order], t0 + ts, side="right")
     some = k > 0
-    w = np.where(some, cum_work[np.maximum(k - 1, 0)] if len(cum_work) else 0.0, 0.0)
-    a = np.where(some, cum_acc[np.maximum(k - 1, 0)] if len(cum_acc) else 0.0, 0.0)
+    at = np.maximum(k - 1, 0)
+    cum = work[order]
+    np.cumsum(cum, out=cum)
+    w = np.where(some, cum[at] if len(cum) else 0.0, 0.0)
+    del cum
+    cum = acc[order]
+    del order
+    np.maximum.accumulate(cum, out=cum)
+    a = np.where(some, cum[at] if len(cum) else 0.0, 0.0)
+    del cum
     points = []
     for t, wk, ak in zip(ts.tolist(), w.tolist(), a.tolist(), strict=True):
         s = wk / t

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from . import SPEC_VERSION, hardware, schema
+from . import SPEC_VERSION, hardware
 from . import rules as R
 from .bound import bound_findings
 from .eventlog import LogError
+from .fastfold import Fold
 from .fingerprint import EpochFingerprints
 from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
+from .procpool import SharedPool
 from .replay import Replay
 from .retention import RetentionAudit
 from .retention import share as retention_share
@@ -37,6 +40,10 @@ BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.zst", ".tar.xz", ".tar.bz2")
 
 _SIGNATURE_WORDS = ("signature", "signed", "public_key", "fingerprint", "MANIFEST.sig")
 
+FAST_FOLD = True
+"""Fold the log as scanned chunks (spec/fastfold.py); False: line by line, in this process (the
+reference tests compare it with)."""
+
 
 def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
            require_signature: bool = False, rules_version: str = R.RULES_VERSION,
@@ -47,10 +54,10 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
     `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
-    `workers`: processes for analysing the trial graphs and reading a large log in chunks (default:
-    one per CPU for graphs, one per CPU but one and at most 4 for the log; 1 = none). Runs with few
-    distinct architectures, logs under 64 MiB, and callers that cannot start processes, do this
-    work in-process.
+    `workers`: processes for reading the trials' files and analysing their graphs, and for reading
+    a large log in chunks (default: one per CPU; at most 4 for the log; 1 = none). Runs with few
+    trials or distinct architectures, logs under 64 MiB, and callers that cannot start processes,
+    do this work in-process.
     `system`: the service's registration of the run's system (spec/hardware.py); without it the
     run's own hardware facts stand in and `system.registered` fails.
     `witness_keys`: {fingerprint: raw public key} of the service's witness keys (current and retired);
@@ -59,19 +66,10 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     Raises FileNotFoundError for a missing path and ValueError for unknown `rules`; everything wrong
     with the run itself is reported in the checks instead.
     """
-    if rules is not None:
-        check_rules(rules)
-    R.thresholds(rules_version)
-    if pubkey is not None:
-        from . import keys
-
-        pubkey = keys.load_public_key(pubkey)  # KeyFileError (a ValueError) if it is not a key
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
+    pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if path.is_dir():
         return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records)
+                           witness_keys, records).report
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -84,7 +82,43 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
                                         None, False, str(exc))]
             return report
         return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records)
+                           witness_keys, records).report
+
+
+class Verified(NamedTuple):
+    """A verification's report, with the fold of the main log it was made from and the run
+    directory (the service stores per-trial figures from them: the log is read once)."""
+
+    report: dict[str, Any]
+    replay: Replay
+    run_dir: RunDir
+
+
+def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
+               require_signature: bool = False, rules_version: str = R.RULES_VERSION,
+               workers: int | None = None, system: Mapping[str, Any] | None = None,
+               witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None) -> Verified:
+    """`verify` of a run directory (not a bundle: NotADirectoryError), with its replay and RunDir."""
+    pubkey, path = _arguments(path, pubkey, rules, rules_version)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a run directory")
+    return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
+                       records)
+
+
+def _arguments(path: str | Path, pubkey: Any, rules: str | None, rules_version: str) -> tuple[Any, Path]:
+    """The checked arguments of `verify`: (the public key loaded, the path, which exists)."""
+    if rules is not None:
+        check_rules(rules)
+    R.thresholds(rules_version)
+    if pubkey is not None:
+        from . import keys
+
+        pubkey = keys.load_public_key(pubkey)  # KeyFileError (a ValueError) if it is not a key
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    return pubkey, path
 
 
 def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
@@ -117,7 +151,7 @@ def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
                 rules_version: str, workers: int | None = None,
                 registration: Mapping[str, Any] | None = None, witness_keys: Mapping[str, bytes] | None = None,
-                records: ServiceRecords | None = None) -> dict[str, Any]:
+                records: ServiceRecords | None = None) -> Verified:
     th = R.thresholds(rules_version)
     checks: list[dict[str, Any]] = []
     run_dir = RunDir(root)
@@ -142,22 +176,40 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
 
     graph_errors = R.Findings()
     replay = Replay()
-    current_line = 0
+
+    pairs: dict[int, tuple[float, float]] = {}  # one (train, eval) tuple per FlopCounts: trials share them
+
+    def flops_pair(counts: Any) -> tuple[float, float]:
+        pair = pairs.get(id(counts))
+        if pair is None:
+            pair = pairs[id(counts)] = float(counts.train), float(counts.eval)
+        return pair
 
     def flops_for(trial: str) -> tuple[float, float] | None:
         try:
             counts = run_dir.trial_flops(trial, rules)
         except RunIOError as exc:
-            graph_errors.add(current_line, str(exc))
+            graph_errors.add(fold.line, str(exc))
             return None
         proposed = replay.trials.get(trial)
         actual = run_dir.arch(trial).arch_hash
         if proposed is not None and proposed.arch_hash != actual:
-            graph_errors.add(current_line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
-                                           f"trial_proposed says {proposed.arch_hash}")
-        return float(counts.train), float(counts.eval)
+            graph_errors.add(fold.line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
+                                        f"trial_proposed says {proposed.arch_hash}")
+        return flops_pair(counts)
 
-    run_dir.prefetch(rules, workers)
+    def peek_flops(trial: str) -> tuple[float, float] | None:
+        """What flops_for returns, without recording anything (the fast fold plans with it)."""
+        try:
+            counts = run_dir.trial_flops(trial, rules)
+        except RunIOError:
+            return None
+        return flops_pair(counts)
+
+    # One pool for the trials' files and then the log: its workers start once.
+    shared = SharedPool(workers if workers is not None else (os.cpu_count() or 1))
+    preset = run.get("preset")
+    run_dir.prefetch(rules, workers, preset=preset if isinstance(preset, str) else None, shared=shared)
     acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
@@ -166,30 +218,32 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     replay.listen(seen)
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
+    fold = Fold(audit, acc, fingerprints, seen, witness, peek_flops)
     chain_error: str | None = None
-    # The fold allocates an acyclic dict per line and keeps per-trial state: the cyclic collector's
+    # The fold allocates acyclic objects per line and keeps per-trial state: the cyclic collector's
     # passes over that state find nothing and cost about a tenth of the time on a large log.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        feed, epoch, valid_epoch = audit.feed, audit.epoch_checked, schema.valid_epoch_end
-        for current_line, data in run_dir.records(workers):
-            if data["type"] == "epoch_end" and valid_epoch(data):  # ~95% of a log: the short path
-                epoch(data, current_line)
-            else:
-                feed(data, current_line)
+        if FAST_FOLD:  # scanned chunks, plain epochs folded in one pass (spec/fastfold.py)
+            for item in run_dir.scans(workers, fold.limits, shared):
+                fold.take(item)
+        else:  # line by line: the reference the fast fold is tested against
+            for event in run_dir.events():
+                fold.take((event.line, event.data))
     except LogError as exc:
         chain_error = str(exc)
     except RunIOError as exc:
         chain_error = f"cannot be read: {exc}"
     finally:
+        shared.close()
         if collecting:
             gc.enable()
     audit.finish()
     series = acc.series()
 
     # integrity
-    checks.append(R.check_chain(current_line, chain_error))
+    checks.append(R.check_chain(fold.line, chain_error))
     checks.extend(sig_checks)
     checks.append(R.check_run_json(run_problems, audit.consistency))
     checks.append(R.check_versions(run, th))
@@ -197,7 +251,6 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks.append(R.check_graphs(graph_errors, acc.trials_with_epochs, run_dir.distinct_architectures))
     checks.append(R.check_bound(bound_findings(run, replay, run_dir)))
     # validity
-    preset = run.get("preset")
     checks.append(R.check_rules(rules, th))
     checks.append(R.check_preset(preset, th))
     checks.append(R.check_duration(series.duration_s, th))
@@ -268,7 +321,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                          for t, sha in retention.kept().items()},
         "best_trial": retention.best_trial(),
     })
-    return report
+    return Verified(report, replay, run_dir)
 
 
 def _dict(v: Any) -> dict[str, Any]:
