@@ -267,13 +267,13 @@ def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
     """
     from aiperf_runner.search.bayesian import ArchitectureSearch
     from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import max_train_flops, seed_for_preset
+    from aiperf_runner.search.seeds import search_bounds, seed_for_preset
 
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
-    bound = max_train_flops(preset, seed_graph)  # the preset's bound on a proposal's size
+    bounds = search_bounds(preset, seed_graph)  # the preset's bounds on a proposal's size
     if not history:
-        return (ArchitectureSearch(seed_graph, rng_seed=seed, max_train_flops=bound),
+        return (ArchitectureSearch(seed_graph, rng_seed=seed, **bounds),
                 HparamSearch(preset.name, seed=seed))
-    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed, max_train_flops=bound)
+    search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed, **bounds)
     hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
     return search, hparams

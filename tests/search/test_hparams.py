@@ -75,3 +75,16 @@ def test_rebuild_from_history():
 def test_unknown_preset():
     with pytest.raises(ValueError):
         HparamSearch("mnist")
+
+
+def test_smoke_searches_no_batch_size_but_old_runs_stay_inside_the_spec():
+    from aiperf_runner.spec.presets import PRESETS as SPEC
+    h = HparamSearch("smoke", seed=2, n_startup_trials=1)
+    sizes = {h.suggest(f"t{seq}", None, 3)[0]["batch_size"] for seq in range(12)}  # round 3, no parent: TPE
+    assert sizes == {defaults("smoke")["batch_size"]} == {32}
+    # What verification allows is the spec's: runs that searched 64 and 128 still verify, and resume.
+    assert not SPEC["smoke"].space.problems({**defaults("smoke"), "batch_size": 128})
+    old = HparamSearch.from_history([("t0", {**defaults("smoke"), "batch_size": 128}, 0.9, "tpe")],
+                                    preset="smoke", n_startup_trials=1)
+    assert old.suggest("t1", None, 3)[0]["batch_size"] == 32
+    assert HparamSearch("fashion-mnist").space.batch_sizes == (64, 128, 256)

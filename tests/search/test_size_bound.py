@@ -1,5 +1,6 @@
-"""The preset's bound on a proposal's size (presets.py `max_flops_ratio`): neither the Bayesian search
-nor the random baseline proposes an architecture over it, however long the search grows networks."""
+"""The preset's bounds on a proposal's size (presets.py `max_flops_ratio`, `max_layers_ratio`): neither
+the Bayesian search nor the random baseline proposes an architecture over them, however long the search
+grows networks."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from aiperf_runner.search.baselines import random_search_factory
 from aiperf_runner.spec.flops import flops_per_image
 
 
-def _grow(factory, proposals: int = 60) -> tuple[int, list[int]]:
+def _grow(factory, proposals: int = 60, layers: list[int] | None = None) -> tuple[int, list[int]]:
     preset = get_preset("smoke")
     search, _ = factory(preset, preset.dataset(None), 3)
     rng = random.Random(0)
-    sizes = []
+    sizes: list[int] = []
     while len(sizes) < proposals:
         batch = search.propose_batch(4) if hasattr(search, "propose_batch") else [search.propose()]
         for p in batch:
             sizes.append(flops_per_image(p.graph, "v2").train)
+            if layers is not None:
+                layers.append(len(p.graph.layers))
             # bigger is better here: the search is pushed towards the bound
             search.observe(p.arch_hash, min(0.99, 0.5 + sizes[-1] / 4e7 + rng.random() * 0.01))
     return sizes[0], sizes
@@ -40,3 +43,12 @@ def test_the_random_baseline_has_the_same_bound() -> None:
 def test_every_preset_bounds_growth() -> None:
     for name in ("smoke", "fashion-mnist", "cifar", "imagenet"):
         assert (get_preset(name).max_flops_ratio or 0) >= 2
+
+
+def test_both_searches_stay_under_the_layer_bound() -> None:
+    assert get_preset("smoke").max_layers_ratio == 1.5
+    for factory in (make_search, random_search_factory):
+        layers: list[int] = []
+        _grow(factory, proposals=80, layers=layers)
+        assert max(layers) <= int(1.5 * layers[0]), (factory, max(layers), layers[0])
+        assert max(layers) > layers[0]  # it grows, within the bound

@@ -80,12 +80,13 @@ class RandomMorphismSearch(_Recorded):
     """Random search over the morphisms of the Bayesian search: a random parent, a random chain."""
 
     def __init__(self, seed_graph: Graph, rng_seed: int = 0, max_chain: int = 2, max_filters: int | None = None,
-                 attempts: int = 200, max_train_flops: int | None = None) -> None:
+                 attempts: int = 200, max_train_flops: int | None = None, max_layers: int | None = None) -> None:
         super().__init__(seed_graph, rng_seed)
         self.max_chain = max_chain
         self.max_filters = max_filters
         self.attempts = attempts
-        self.max_train_flops = max_train_flops  # the Bayesian search's bound, for a fair comparison
+        self.max_train_flops = max_train_flops  # the Bayesian search's bounds, for a fair comparison
+        self.max_layers = max_layers
 
     def propose(self) -> Proposal | None:
         with self._lock:
@@ -108,6 +109,8 @@ class RandomMorphismSearch(_Recorded):
                 if not ops:
                     continue
                 if self.max_train_flops is not None and flops_per_image(graph, "v2").train > self.max_train_flops:
+                    continue
+                if self.max_layers is not None and len(graph.layers) > self.max_layers:
                     continue
                 h = graph.hash()
                 if h in self._graphs:
@@ -132,10 +135,10 @@ class SeedOnlySearch(_Recorded):
 def _searches(preset: Any, dataset: Mapping[str, Any], seed: int, history: list[dict[str, Any]] | None,
               arch_cls: type[_Recorded], **hparam_kwargs: Any) -> tuple[Any, Any]:
     from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import max_train_flops, seed_for_preset
+    from aiperf_runner.search.seeds import search_bounds, seed_for_preset
 
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
-    bound = {"max_train_flops": max_train_flops(preset, seed_graph)} if arch_cls is RandomMorphismSearch else {}
+    bound = search_bounds(preset, seed_graph) if arch_cls is RandomMorphismSearch else {}
     if not history:
         return (arch_cls(seed_graph, rng_seed=seed, **bound),
                 HparamSearch(preset.name, seed=seed, **hparam_kwargs))

@@ -107,6 +107,14 @@ def seed_for_preset(preset: str, num_classes: int | None = None, image_size: int
     return small_resnet(num_classes or 10, image_size or 32)
 
 
+def search_bounds(preset: Any, seed_graph: Graph) -> dict[str, int | None]:
+    """The preset's bounds on a proposal, as keyword arguments of the searches: `max_train_flops`
+    and `max_layers` (the seed's times the preset's ratios; None where it sets none)."""
+    ratio = getattr(preset, "max_layers_ratio", None)
+    return {"max_train_flops": max_train_flops(preset, seed_graph),
+            "max_layers": None if not ratio else int(ratio * len(seed_graph.layers))}
+
+
 def max_train_flops(preset: Any, seed_graph: Graph) -> int | None:
     """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (presets.py)
     times the seed's; None when the preset sets none."""
