@@ -272,7 +272,8 @@ def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
     bounds = search_bounds(preset, seed_graph)  # the preset's bounds on a proposal's size
     if not history:
-        return (ArchitectureSearch(seed_graph, rng_seed=seed, **bounds),
+        return (ArchitectureSearch(seed_graph, rng_seed=seed, max_train_flops=bounds["max_train_flops"],
+                                   max_layers=bounds["max_layers"]),
                 HparamSearch(preset.name, seed=seed))
     search = ArchitectureSearch.from_history(seed_graph, history, rng_seed=seed, **bounds)
     hparams = HparamSearch.from_history(history, preset=preset.name, seed=seed)
