@@ -21,7 +21,7 @@ from typing import Any
 
 from aiperf_runner.search import morphism
 from aiperf_runner.search.bayesian import Proposal
-from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.search.seeds import within_bounds
 from aiperf_runner.spec.graph import Graph
 
 
@@ -108,9 +108,7 @@ class RandomMorphismSearch(_Recorded):
                     details.append(desc)
                 if not ops:
                     continue
-                if self.max_train_flops is not None and flops_per_image(graph, "v2").train > self.max_train_flops:
-                    continue
-                if self.max_layers is not None and len(graph.layers) > self.max_layers:
+                if not within_bounds(graph, self.max_train_flops, self.max_layers):
                     continue
                 h = graph.hash()
                 if h in self._graphs:

@@ -59,7 +59,7 @@ from aiperf_runner.search.blas import blas_single_thread
 from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
 from aiperf_runner.search.gp import GaussianProcess
 from aiperf_runner.search.protocols import ArchitectureSearcher
-from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.search.seeds import within_bounds
 from aiperf_runner.spec.graph import Graph
 
 BETA = 2.576
@@ -318,11 +318,9 @@ class ArchitectureSearch:
 
     # ---- proposing ----------------------------------------------------------------------------
     def _allowed(self, graph: Graph) -> bool:
-        if self.max_layers is not None and len(graph.layers) > self.max_layers:
-            return False
         if self.max_params is not None and morphism.param_count(graph) > self.max_params:
             return False
-        return self.max_train_flops is None or flops_per_image(graph, "v2").train <= self.max_train_flops
+        return within_bounds(graph, self.max_train_flops, self.max_layers)
 
     def _neighbour(self, graph: Graph) -> tuple[Graph, dict[str, Any]] | None:
         try:

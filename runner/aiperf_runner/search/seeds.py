@@ -115,6 +115,15 @@ def search_bounds(preset: Any, seed_graph: Graph) -> dict[str, int | None]:
             "max_layers": None if not ratio else int(ratio * len(seed_graph.layers))}
 
 
+def within_bounds(graph: Graph, max_train_flops: int | None = None, max_layers: int | None = None) -> bool:
+    """Whether a proposal respects the bounds `search_bounds` gives (the cheap layer count first)."""
+    from aiperf_runner.spec.flops import flops_per_image
+
+    if max_layers is not None and len(graph.layers) > max_layers:
+        return False
+    return max_train_flops is None or flops_per_image(graph, "v2").train <= max_train_flops
+
+
 def max_train_flops(preset: Any, seed_graph: Graph) -> int | None:
     """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (presets.py)
     times the seed's; None when the preset sets none."""
