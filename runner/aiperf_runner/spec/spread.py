@@ -34,12 +34,13 @@ class Spread:
 
 TWO_CORES = "a 2-core x86 VM"
 
-# bench/reproducibility.py --preset smoke --slots 2 --duration 5m --runs 5, on the runner with smoke's
-# batch size fixed and its layers bounded (before those: CV 7.9 % with TPE choosing the batch size).
-# The 2-minute entry: bench/reproducibility.py --preset smoke --slots 1,2 --duration 2m --runs 4 (its 2-slot row).
+# Both on the runner with smoke's batch size fixed and its layers bounded (before those: CV 7.9 % at
+# 5 minutes with TPE choosing the batch size).
 MEASURED: tuple[Spread, ...] = (
+    # bench/reproducibility.py --preset smoke --slots 1,2 --duration 2m --runs 4 (its 2-slot row)
     Spread("smoke", 120, slots=2, runs=4, score_cv=0.062, regulated_cv=0.064, machine=TWO_CORES,
            measured="2026-12-02"),
+    # bench/reproducibility.py --preset smoke --slots 2 --duration 5m --runs 5
     Spread("smoke", 300, slots=2, runs=5, score_cv=0.026, regulated_cv=0.027, machine=TWO_CORES,
            measured="2026-12-02"),
 )
