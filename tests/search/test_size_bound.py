@@ -52,3 +52,27 @@ def test_both_searches_stay_under_the_layer_bound() -> None:
         _grow(factory, proposals=80, layers=layers)
         assert max(layers) <= int(1.5 * layers[0]), (factory, max(layers), layers[0])
         assert max(layers) > layers[0]  # it grows, within the bound
+
+
+def test_a_search_at_its_bounds_still_fills_its_batches() -> None:
+    """Once the best architectures sit at the bounds (bigger is better here), the search proposes
+    new ones below them: every batch full. It used to expand the best first, spend a pass on
+    children the bounds refused or that were known, and shrink to one proposal a batch."""
+    from aiperf_runner.search.bayesian import ArchitectureSearch
+    from aiperf_runner.search.seeds import seed_for_preset
+
+    seed = seed_for_preset("smoke", 10, 16)
+    seed_flops = flops_per_image(seed, "v2").train
+    search = ArchitectureSearch(seed, rng_seed=0, max_layers=len(seed.layers) + 9, max_train_flops=2 * seed_flops)
+    rng = random.Random(0)
+    sizes, hashes = [], set()
+    for _ in range(15):
+        batch = search.propose_batch(16)
+        sizes.append(len(batch))
+        for p in batch:
+            flops = flops_per_image(p.graph, "v2").train
+            assert flops <= 2 * seed_flops and len(p.graph.layers) <= len(seed.layers) + 9
+            hashes.add(p.arch_hash)
+            search.observe(p.arch_hash, 0.5 + 0.1 * flops / seed_flops + rng.random() * 0.01)
+    assert sizes == [16] * 15
+    assert len(hashes) == 240  # all new

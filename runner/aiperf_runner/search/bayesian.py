@@ -25,7 +25,12 @@ Fixes over the original:
 - (b) *Accuracies paired with the wrong architecture* (results matched by list position). Here
   `observe(arch_hash, accuracy)` names the architecture; nothing is matched by position.
 
-Also: an architecture hash already proposed (or registered) is never proposed again; distances are
+Also: an architecture hash already proposed (or registered) is never proposed again, and the
+annealing keeps only new children within the bounds (`max_layers`, `max_train_flops`), so that a
+pass's candidates are all proposable; an observed architecture none of whose sampled children is
+new and within the bounds is not expanded again, and when annealing finds too few, random chains
+from the architectures not yet spent make up the batch (at the bounds, the best architectures have
+no children left: the new ones lie below them). Distances are
 cached incrementally (one vectorised row per newly observed architecture) and candidate distances
 are computed for a whole batch at once with numpy, so a proposal takes well under a second at
 1,000 results on two cores (see bench/search_latency.py).
@@ -135,6 +140,12 @@ class ArchitectureSearch:
         self._inbox_lock = threading.Lock()
         self._search_lock = threading.RLock()
         self._known: set[str] = set()
+        # Observed architectures none of whose sampled morphisms stayed within the bounds: no
+        # longer expanded. Once a bounded run's best architectures reach the bound, expanding them
+        # first (the annealing pops by accuracy) used every expansion of a pass on children the
+        # bounds refuse, and batches shrank to the fallback's one proposal (4 a second, against the
+        # 28 that 4,096 slots of 60-s trials ask for).
+        self._saturated: set[str] = set()
         self.proposals = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -358,24 +369,26 @@ class ArchitectureSearch:
                     return out
             self._refit()
             out += self._anneal(count - len(out))
-            if not out:
-                found = self._random_fallback()
-                out = [found] if found is not None else []
+            if len(out) < count:  # annealing found too few new ones: random chains make up the batch
+                out += self._random_fallback(count - len(out))
             return out
 
     def _anneal(self, count: int = 1) -> list[Proposal]:
         counter = itertools.count()
-        heap: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
+        # (-acquisition, tie-break, graph, root hash, morphisms, details, graph hash or None for roots)
+        Item = tuple[float, float, Graph, str, list[str], list[dict[str, Any]], str | None]
+        heap: list[Item] = []
         # Roots of equal value (all of them before the first result) in random order: in insertion
         # order the same first few would be expanded every time, and their neighbourhoods run dry.
         if self._obs_hashes:
             means = (self._row_sum[:len(self._obs_hashes)] / self._row_count[:len(self._obs_hashes)]).tolist()
-            for h, value in zip(self._obs_hashes, means, strict=True):
-                heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], []))
+            roots = [(h, v) for h, v in zip(self._obs_hashes, means, strict=True) if h not in self._saturated]
         else:
-            for h in self._order:
-                heapq.heappush(heap, (0.0, -self._rng.random(), self._archs[h].graph, h, [], []))
-        candidates: list[tuple[float, float, Graph, str, list[str], list[dict[str, Any]]]] = []
+            roots = [(h, 0.0) for h in self._order if h not in self._saturated]
+        for h, value in roots:
+            heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], [], None))
+        candidates: list[Item] = []
+        seen: set[str] = set()  # the candidates of this pass
         best_acq = -math.inf
         t = 1.0
         pops = expansions = 0
@@ -384,53 +397,70 @@ class ArchitectureSearch:
         scale = max(1, math.ceil(count / 16))
         max_pops, max_expansions = self.max_pops * scale, self.max_expansions * scale
         while heap and t > self.t_min and pops < max_pops and expansions < max_expansions:
-            neg_value, _, graph, root, ops, details = heapq.heappop(heap)
+            neg_value, _, graph, root, ops, details, _h = heapq.heappop(heap)
             pops += 1
             value = -neg_value
             exponent = min((value - best_acq) / t, 1.0) if best_acq > -math.inf else 1.0
-            if len(ops) < self.max_chain and math.exp(exponent) >= self._rng.uniform(0, 1):
-                expansions += 1
-                children = []
-                for _ in range(self.n_neighbours):
-                    made = self._neighbour(graph)
-                    if made is None:
-                        continue
-                    child, desc = made
-                    if not self._allowed(child):
-                        continue
-                    children.append((child, desc))
-                if children:
-                    # Before the first result every acquisition is 0: no descriptor is needed.
-                    acq = (self._acquisition([describe(c) for c, _ in children]) if self._obs_hashes
-                           else np.zeros(len(children)))
-                    for (child, desc), a in zip(children, acq, strict=True):
-                        item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc])
-                        heapq.heappush(heap, item)
-                        candidates.append(item)
-                        best_acq = max(best_acq, float(a))
             t *= self.anneal
+            if len(ops) >= self.max_chain or math.exp(exponent) < self._rng.uniform(0, 1):
+                continue
+            children = self._new_children(graph, seen)
+            if not children:
+                # Every sampled morphism of an observed architecture is out of bounds or proposed
+                # before: its neighbourhood is spent, and it is expanded no more.
+                if not ops:
+                    self._saturated.add(root)
+                continue
+            expansions += 1
+            # Before the first result every acquisition is 0: no descriptor is needed.
+            acq = (self._acquisition([describe(c) for c, _, _ in children]) if self._obs_hashes
+                   else np.zeros(len(children)))
+            for (child, desc, child_hash), a in zip(children, acq, strict=True):
+                item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc], child_hash)
+                heapq.heappush(heap, item)
+                candidates.append(item)
+                best_acq = max(best_acq, float(a))
         candidates.sort(key=lambda c: (c[0], c[1]))
         chosen: list[Proposal] = []
-        for neg_acq, _, graph, root, ops, details in candidates:
-            if len(chosen) >= count:
-                break
-            h = graph.hash()
-            with self._inbox_lock:  # not a copy of every hash proposed so far (tens of thousands)
-                if h in self._known:
-                    continue
+        for neg_acq, _, graph, root, ops, details, arch_hash in candidates[:count]:
+            assert arch_hash is not None  # candidates are children, hashed when made
             graph.validate()  # morphisms are valid by construction; checked once on each chosen one
-            chosen.append(self._accept(h, graph, root, ops, details, -neg_acq))
+            chosen.append(self._accept(arch_hash, graph, root, ops, details, -neg_acq))
         return chosen
 
-    def _random_fallback(self, attempts: int = 200) -> Proposal | None:
-        """Random morphism chains from random known architectures (when annealing found nothing new)."""
-        with self._inbox_lock:
-            known = set(self._known)
-        pool = self._obs_hashes or self._order
-        for attempt in range(attempts):
+    def _new_children(self, graph: Graph, seen: set[str]) -> list[tuple[Graph, dict[str, Any], str]]:
+        """`n_neighbours` random morphisms of `graph`, less those out of bounds and those proposed
+        before (or already among this pass's candidates, `seen`, which it extends): (child, its
+        morphism, its hash). At thousands of results most neighbours of the best architectures are
+        known; left in, they crowded the new ones out of a pass's candidates."""
+        out = []
+        for _ in range(self.n_neighbours):
+            made = self._neighbour(graph)
+            if made is None or not self._allowed(made[0]):
+                continue
+            h = made[0].hash()
+            with self._inbox_lock:  # not a copy of every hash proposed so far (tens of thousands)
+                if h in self._known or h in seen:
+                    continue
+            seen.add(h)
+            out.append((made[0], made[1], h))
+        return out
+
+    def _random_fallback(self, count: int = 1, attempts: int = 200) -> list[Proposal]:
+        """Up to `count` random morphism chains from random known architectures, within the bounds
+        (when annealing found too few new ones); chains grow longer as attempts fail. The roots: the
+        model's architectures whose neighbourhoods are not spent, else any architecture proposed so
+        far whose neighbourhood is not (once a bounded search's best all sit at the bound, the new
+        ones lie below it), else any."""
+        pool = ([h for h in self._obs_hashes if h not in self._saturated]
+                or [h for h in self._order if h not in self._saturated] or self._obs_hashes or self._order)
+        found: list[Proposal] = []
+        for attempt in range(max(attempts, 20 * count)):
+            if len(found) >= count:
+                break
             root = self._rng.choice(pool)
             graph, ops, details = self._archs[root].graph, [], []
-            for _ in range(1 + attempt // 20):
+            for _ in range(1 + min(attempt // 20, 9)):
                 made = self._neighbour(graph)
                 if made is None:
                     break
@@ -440,11 +470,13 @@ class ArchitectureSearch:
             if not ops or not self._allowed(graph):
                 continue
             h = graph.hash()
-            if h not in known:
-                graph.validate()
-                acq = float(self._acquisition([describe(graph)])[0])
-                return self._accept(h, graph, root, ops, details, acq)
-        return None
+            with self._inbox_lock:
+                if h in self._known:
+                    continue
+            graph.validate()
+            acq = float(self._acquisition([describe(graph)])[0])
+            found.append(self._accept(h, graph, root, ops, details, acq))
+        return found
 
 
 # Checked by mypy: the search is what the controller drives (search/protocols.py).
