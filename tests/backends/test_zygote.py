@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -108,3 +109,24 @@ def test_a_module_that_cannot_be_preloaded_is_imported_by_the_attempt(tmp_path: 
             zygote.spawn(("/bin/true",), dict(os.environ), os.getcwd(), tmp_path / "o", tmp_path / "e")
     finally:
         zygote.close()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_end_of_an_attempt_wakes_the_controller(tmp_path: Path, warm: bool) -> None:
+    """The backend's wake-up descriptors (the zygote's pipe, a cold attempt's pidfd) turn readable
+    when an attempt ends, so that the controller learns of it at once, not at its next look."""
+    backend = _backend(tmp_path / "run", warm)
+    try:
+        spec = spec_for(backend, "t0000", "sleep")
+        handle = backend.launch(spec, backend.slots()[0])
+        wait_for(spec.trial_dir / "out" / "started")
+        fds = backend._wake_fds()
+        assert len(fds) == 1
+        assert select.select(fds, [], [], 0)[0] == []  # nothing to say while it runs
+        os.kill(handle.pid, signal.SIGKILL)
+        assert select.select(fds, [], [], 30)[0] == fds
+        assert handle in backend.wait_changed(30)
+        assert handle.poll() == -signal.SIGKILL
+        assert backend._wake_fds() == []  # nothing running: nothing to wait on
+    finally:
+        backend.shutdown()

@@ -14,8 +14,10 @@ each attempt named in the answer. The local, slurm and slurm-steps backends answ
   it was written (a trial's epoch takes seconds to hours), at once when inotify sees it.
 
 An attempt's end is learnt from `ended` (local and slurm-steps: the exit status of a child process,
-no file system), and an attempt is named at least every `every_s` when given (slurm: so that its
-handle polls squeue's cached answer, which says why a job ended without writing its exit file).
+no file system), at once when the backend gives `wake_fds` that become readable when one ends (the
+local backend: the warm-start zygote's pipe, a pidfd per cold-started attempt), else at the next
+wake-up; and an attempt is named at least every `every_s` when given (slurm: so that its handle
+polls squeue's cached answer, which says why a job ended without writing its exit file).
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ class FileWatch:
 
     def __init__(self, ended: Callable[[TrialHandle], bool] | None = None, every_s: float | None = None,
                  min_s: float = MIN_CHECK_S, max_s: float = MAX_CHECK_S, use_inotify: bool = True,
-                 writes_here: bool = False) -> None:
+                 writes_here: bool = False, wake_fds: Callable[[], list[int]] | None = None) -> None:
         """`writes_here`: every write to the watched files is made on this machine (the local
-        backend), so inotify sees them all and the back-off is only a safety net (SAFETY_CHECK_S)."""
+        backend), so inotify sees them all and the back-off is only a safety net (SAFETY_CHECK_S).
+        `wake_fds`: file descriptors that become readable when an attempt ends; whoever gives them
+        drains them in `ended`."""
         self.ended = ended
+        self.wake_fds = wake_fds
         self.every_s = every_s
         self.min_s, self.max_s = min_s, max(min_s, max_s)
         self.stat_calls = 0  # stats made, for tests and bench/collect_io.py
@@ -138,8 +143,11 @@ class FileWatch:
             if self.every_s is not None:
                 wake += [w.report_due for w in self._watched.values()]
             nap = max(0.0, min(wake) - now)
-            if self._inotify is not None:
-                select.select([self._inotify], [], [], nap)
+            fds = [self._inotify.fileno()] if self._inotify is not None else []
+            if self.wake_fds is not None:
+                fds += self.wake_fds()
+            if fds:
+                select.select(fds, [], [], nap)
             else:
                 time.sleep(nap)
 

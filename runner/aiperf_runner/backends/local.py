@@ -22,6 +22,7 @@ trains within milliseconds of its launch instead of spending 2 CPU-seconds on im
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -122,6 +123,11 @@ class LocalHandle(TrialHandle):
         self._pid_file = pid_file
         self._cancelled = False
         self._returncode: int | None = None
+        # Readable when a cold-started attempt exits, so that the controller wakes at once.
+        self.pidfd: int | None = None
+        if isinstance(proc, subprocess.Popen) and hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                self.pidfd = os.pidfd_open(proc.pid)
 
     @property
     def pid(self) -> int:
@@ -130,6 +136,9 @@ class LocalHandle(TrialHandle):
     def _finish(self, rc: int) -> int:
         # Whatever the leader left behind (DDP workers of a crashed trial) goes with it.
         _kill_group(self.pgid, signal.SIGKILL)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         try:
             self._pid_file.unlink()
         except FileNotFoundError:
@@ -211,11 +220,22 @@ class LocalBackend(Backend):
         self.warm_start = device_type == "cpu" and _flag(options.get("warm_start", True))
         self._zygote: Zygote | None = None
         self.zygote_note = ""  # why attempts start cold, when warm starts were asked for
-        # Every trial writes on this machine: inotify sees each line; waitpid says when one ended.
-        self._watch = FileWatch(ended=lambda h: h.poll() is not None, writes_here=True)
+        # Every trial writes on this machine: inotify sees each line; waitpid says when one ended,
+        # and the zygote's report or a pidfd wakes the controller for it.
+        self._watch = FileWatch(ended=lambda h: h.poll() is not None, writes_here=True, wake_fds=self._wake_fds)
 
     def slots(self) -> list[Slot]:
         return list(self._slots)
+
+    def _wake_fds(self) -> list[int]:
+        """What becomes readable when a running attempt ends (FileWatch.wait)."""
+        running = [h for h in self._handles if h._returncode is None]
+        fds = [h.pidfd for h in running if h.pidfd is not None]
+        if self._zygote is not None and any(isinstance(h.proc, ZygoteChild) for h in running):
+            fd = self._zygote.wake_fd()
+            if fd is not None:
+                fds.append(fd)
+        return fds
 
     def slot_env(self, slot: Slot) -> dict[str, str]:
         env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}

@@ -84,6 +84,11 @@ class Zygote:
     def pid(self) -> int:
         return self._proc.pid
 
+    def wake_fd(self) -> int | None:
+        """The pipe that becomes readable when the zygote reports an exit (None once it is gone:
+        at end-of-file it would stay readable)."""
+        return self._out.fileno() if self.ready else None
+
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
         """Block until the zygote has made its imports (True), or failed or timed out (False)."""
         deadline = time.monotonic() + timeout
