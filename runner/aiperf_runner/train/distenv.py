@@ -29,6 +29,9 @@ class DistEnv:
     master_addr: str = "127.0.0.1"
     master_port: int = 0
     source: str = "single"  # single / torchrun / slurm / spawn
+    # A socket already listening on master_port, inherited by forked ranks: rank 0's store serves on
+    # it, so that no rank's first connection is refused (and retried up to a second later).
+    listen_fd: int | None = None
 
 
 def _master_node(nodelist: str) -> str:
@@ -97,6 +100,14 @@ def detect_dist_env(env: dict[str, str] | None = None) -> DistEnv | None:
         local_world = int(per_node.split("(")[0].split(",")[0]) if per_node[:1].isdigit() else -(-ntasks // nodes)
         return DistEnv(rank, ntasks, local_rank, local_world, master_addr(), master_port(), "slurm")
     return None
+
+
+def listening_socket() -> socket.socket:
+    """A socket listening on a free port of this machine, for the store of ranks forked from here."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
 
 
 def free_port() -> int:

@@ -26,6 +26,7 @@ summed on the device and read once per epoch.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import random
@@ -46,12 +47,13 @@ from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.replay import Replay
 
+from . import shmreduce
 from .builder import build_module
 from .config import TrialConfig, TrialError
 from .cpubind import bind_rank, format_cpulist, worker_init
 from .data import DataSpec, Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
-from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port
+from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port, listening_socket
 from .lrscale import CosineSchedule, LrScaling
 from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
@@ -83,11 +85,18 @@ def _init_process_group(denv: DistEnv, device: torch.device) -> None:
     if denv.world_size <= 1:
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
-    init = f"tcp://{denv.master_addr}:{denv.master_port}"
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    dist.init_process_group(backend, init_method=init, rank=denv.rank, world_size=denv.world_size, **kwargs)
+    if denv.listen_fd is not None:  # forked ranks: rank 0 serves the store on the parent's socket
+        from torch.distributed.constants import default_pg_timeout
+
+        kwargs["store"] = dist.TCPStore(denv.master_addr, denv.master_port, denv.world_size, denv.rank == 0,
+                                        default_pg_timeout, wait_for_workers=False,
+                                        master_listen_fd=denv.listen_fd if denv.rank == 0 else None)
+    else:
+        kwargs["init_method"] = f"tcp://{denv.master_addr}:{denv.master_port}"
+    dist.init_process_group(backend, rank=denv.rank, world_size=denv.world_size, **kwargs)
 
 
 def _all_sum(t: torch.Tensor, denv: DistEnv) -> torch.Tensor:
@@ -156,6 +165,40 @@ def evaluate(model: nn.Module, data: TrialData, precision: Precision, device: to
         totals[1] += (output.argmax(dim=1) == labels).sum()
         totals[2] += F.cross_entropy(output, labels, reduction="sum")
     return totals
+
+
+def _data_parallel(model: nn.Module, denv: DistEnv, device: torch.device) -> nn.Module:
+    """DDP over the trial's ranks. Buffers (BatchNorm's running statistics) are not broadcast
+    before every forward: training uses the batch's statistics, and rank 0's running ones are
+    broadcast once per epoch, before evaluation (`_sync_buffers`), which is all they are used for;
+    the per-step broadcast was one more collective in every step. On one machine's CPUs the
+    gradients meet in shared memory (shmreduce.py), not through gloo, in one bucket: each bucket
+    is a rendezvous of the ranks, and with the cores all computing there is nothing to overlap."""
+    options: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
+        nn.parallel.DistributedDataParallel.__init__).parameters else {"broadcast_buffers": False})
+    shared_memory = shmreduce.applies(denv, device)
+    if shared_memory:
+        options["bucket_cap_mb"] = shmreduce.ONE_BUCKET_MB
+    ddp = nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True, **options)
+    if shared_memory and shmreduce.install(ddp, denv, device) is not None:
+        print(f"rank {denv.rank}: gradients allreduced through shared memory", flush=True)
+    return ddp
+
+
+def _sync_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers to every rank, one broadcast per dtype (not one per buffer: a collective
+    costs about a millisecond on CPU whatever its size, and a network has a hundred buffers)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for buf in model.buffers():
+        by_dtype.setdefault(buf.dtype, []).append(buf)
+    for bufs in by_dtype.values():
+        flat = torch.cat([b.reshape(-1) for b in bufs])
+        dist.broadcast(flat, src=0)
+        offset = 0
+        for b in bufs:
+            b.copy_(flat[offset:offset + b.numel()].view_as(b))
+            offset += b.numel()
 
 
 # ---- checkpoint ---------------------------------------------------------------------------------
@@ -243,7 +286,9 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
     finally:
         if writer is not None:
             writer.close()
-        if dist.is_available() and dist.is_initialized():
+        # Ranks this program forked leave by os._exit next (_spawn_entry), which ends the group as
+        # surely; tearing it down first cost each attempt 20 ms on a CPU slot's critical path.
+        if dist.is_available() and dist.is_initialized() and denv.source != "spawn":
             try:
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001
@@ -341,8 +386,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
 
     ddp_model: nn.Module = model
     if denv.world_size > 1:
-        ddp_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True)
+        ddp_model = _data_parallel(model, denv, device)
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     data = build_data(cfg.data, batch_size=cfg.batch_size, rank=denv.rank, world_size=denv.world_size,
                       device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
@@ -365,8 +409,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
                                            torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
                               denv)
         if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
-            for buf in model.buffers():
-                dist.broadcast(buf, src=0)
+            _sync_buffers(model)
         val = _all_sum(evaluate(model, data, precision, device), denv).tolist()
         train = train_sums.tolist()
         ended_at = time.time()
@@ -423,8 +466,9 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
 
 # ---- self-spawned processes ---------------------------------------------------------------------
 
-def _spawn_entry(local_rank: int, trial_dir: str, attempt: int, nproc: int, port: int) -> None:
-    denv = DistEnv(local_rank, nproc, local_rank, nproc, "127.0.0.1", port, "spawn")
+def _spawn_entry(local_rank: int, trial_dir: str, attempt: int, nproc: int, port: int,
+                 listen_fd: int | None = None) -> None:
+    denv = DistEnv(local_rank, nproc, local_rank, nproc, "127.0.0.1", port, "spawn", listen_fd)
     os.environ.update({"RANK": str(local_rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(local_rank),
                        "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     code = run_trial(Path(trial_dir), attempt, denv, raise_on_worker=True)
@@ -474,9 +518,14 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
 
     events = trial_dir / EVENTS
     before = sum(1 for _ in iter_events(events, allow_partial_tail=True)) if events.exists() else 0
+    method = _start_method(trial_dir)
+    # Forked ranks inherit a socket already listening for their store (spawned ones inherit no
+    # descriptor: they meet on a free port, and a rank that connects before rank 0 listens retries).
+    listener = listening_socket() if method == "fork" else None
+    rendezvous = (listener.getsockname()[1], listener.fileno()) if listener is not None else (free_port(), None)
     try:
-        context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, free_port()),
-                                     nprocs=nproc, join=False, start_method=_start_method(trial_dir))
+        context = mp.start_processes(_spawn_entry, args=(str(trial_dir), attempt, nproc, *rendezvous),
+                                     nprocs=nproc, join=False, start_method=method)
         _join_spawned(context, SPAWN_GRACE_S)
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank failed; make sure the log says so
@@ -491,6 +540,9 @@ def spawn_local(trial_dir: Path, attempt: int, nproc: int) -> int:
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         return 1
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 # ---- warm start ---------------------------------------------------------------------------------
