@@ -16,7 +16,8 @@ loading is out of both figures), same batch size, same precision (default bf16):
 
 The headline is runner / reference. Then DDP: one process per GPU (NCCL; on a CPU, `--ddp-procs`
 processes over gloo), each the runner's loop on its own batch of the same size, wrapped as a trial
-wraps it (`DistributedDataParallel(gradient_as_bucket_view=True)`); the total images/s is set
+wraps it (`train/parallel.py`'s `data_parallel`: DDP, gradients through shared memory between
+CPU processes); the total images/s is set
 against world size x the single-device runner figure.
 
     python bench/gpu_trial.py                    # a CUDA GPU: 224x224, batch 256, bf16; < 5 min on an H200
@@ -45,7 +46,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from aiperf_runner.search.seeds import resnet50, small_resnet
 from aiperf_runner.train.builder import build_module
-from aiperf_runner.train.distenv import free_port
+from aiperf_runner.train.distenv import DistEnv, free_port
+from aiperf_runner.train.parallel import data_parallel
 from aiperf_runner.train.precision import Precision, setup_precision
 from aiperf_runner.train.trial import MOMENTUM, CosineSchedule, train_one_epoch
 from torch import nn
@@ -199,8 +201,7 @@ def _ddp_worker(rank: int, world: int, port: int, s: Settings, out_dir: str) -> 
         precision = setup_precision(s.precision, device)
         torch.manual_seed(0)
         model = runner_model(s).to(device).to(memory_format=torch.channels_last)
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if s.device == "cuda" else None,
-                                                  gradient_as_bucket_view=True)
+        ddp = data_parallel(model, DistEnv(rank, world, rank, world, "127.0.0.1", port), device)
         dist.barrier()
         rate = runner_loop(ddp, s, device, precision)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"images_per_s": rate}))

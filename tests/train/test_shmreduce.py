@@ -18,8 +18,8 @@ from aiperf_runner.search.seeds import small_resnet
 from aiperf_runner.train import shmreduce
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.distenv import DistEnv, free_port
+from aiperf_runner.train.parallel import data_parallel
 from aiperf_runner.train.shmreduce import ShmAllreduce
-from aiperf_runner.train.trial import _data_parallel
 from torch import nn
 
 
@@ -60,7 +60,7 @@ def _ddp_step(rank: int, world: int) -> dict[str, dict[str, torch.Tensor]]:
         os.environ[shmreduce.ENV] = mode
         torch.manual_seed(0)
         model = build_module(small_resnet(10, 16, width=8))
-        ddp = _data_parallel(model, denv, torch.device("cpu"))
+        ddp = data_parallel(model, denv, torch.device("cpu"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         gen = torch.Generator().manual_seed(rank)
         for _ in range(3):

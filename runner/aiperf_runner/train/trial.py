@@ -6,7 +6,8 @@ TRIAL_DIR holds `graph.json`, `hparams.json` and `trial.json` (docs/internals.md
 program"; read by config.py). Processes: one per device (distenv.py finds the group). Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) or `srun` (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master is the first node
 of the step) the program joins that process group; otherwise, with `--nproc K > 1`, it spawns K
-local processes itself. gloo on CPU, NCCL on CUDA.
+local processes itself. NCCL on CUDA; on CPU gloo, and shared memory for the gradients when every
+rank is on this machine (parallel.py, shmreduce.py).
 
 Rank 0 writes the final weights to TRIAL_DIR/weights.safetensors (their SHA-256 in `trial_result`).
 Rank 0 appends to TRIAL_DIR/events.jsonl: `epoch_end` after every epoch, `trial_result` at the
@@ -26,7 +27,6 @@ summed on the device and read once per epoch.
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import random
@@ -47,7 +47,6 @@ from aiperf_runner.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.replay import Replay
 
-from . import shmreduce
 from .builder import build_module
 from .config import TrialConfig, TrialError
 from .cpubind import bind_rank, format_cpulist, worker_init
@@ -55,6 +54,7 @@ from .data import DataSpec, Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port, listening_socket
 from .lrscale import CosineSchedule, LrScaling
+from .parallel import all_sum, broadcast_int, data_parallel, init_process_group, sync_buffers
 from .precision import Precision, setup_precision
 from .weights import WEIGHTS, save_weights
 
@@ -79,38 +79,6 @@ def _device_for(cfg: TrialConfig, denv: DistEnv) -> torch.device:
         torch.cuda.set_device(denv.local_rank)
         return torch.device("cuda", denv.local_rank)
     return torch.device("cpu")
-
-
-def _init_process_group(denv: DistEnv, device: torch.device) -> None:
-    if denv.world_size <= 1:
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs: dict[str, Any] = {}
-    if device.type == "cuda":
-        kwargs["device_id"] = device
-    if denv.listen_fd is not None:  # forked ranks: rank 0 serves the store on the parent's socket
-        from torch.distributed.constants import default_pg_timeout
-
-        kwargs["store"] = dist.TCPStore(denv.master_addr, denv.master_port, denv.world_size, denv.rank == 0,
-                                        default_pg_timeout, wait_for_workers=False,
-                                        master_listen_fd=denv.listen_fd if denv.rank == 0 else None)
-    else:
-        kwargs["init_method"] = f"tcp://{denv.master_addr}:{denv.master_port}"
-    dist.init_process_group(backend, rank=denv.rank, world_size=denv.world_size, **kwargs)
-
-
-def _all_sum(t: torch.Tensor, denv: DistEnv) -> torch.Tensor:
-    if denv.world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t
-
-
-def _broadcast_int(value: int, denv: DistEnv, device: torch.device) -> int:
-    if denv.world_size <= 1:
-        return value
-    t = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.broadcast(t, src=0)
-    return int(t.item())
 
 
 # ---- training and evaluation ------------------------------------------------------------------
@@ -165,40 +133,6 @@ def evaluate(model: nn.Module, data: TrialData, precision: Precision, device: to
         totals[1] += (output.argmax(dim=1) == labels).sum()
         totals[2] += F.cross_entropy(output, labels, reduction="sum")
     return totals
-
-
-def _data_parallel(model: nn.Module, denv: DistEnv, device: torch.device) -> nn.Module:
-    """DDP over the trial's ranks. Buffers (BatchNorm's running statistics) are not broadcast
-    before every forward: training uses the batch's statistics, and rank 0's running ones are
-    broadcast once per epoch, before evaluation (`_sync_buffers`), which is all they are used for;
-    the per-step broadcast was one more collective in every step. On one machine's CPUs the
-    gradients meet in shared memory (shmreduce.py), not through gloo, in one bucket: each bucket
-    is a rendezvous of the ranks, and with the cores all computing there is nothing to overlap."""
-    options: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
-        nn.parallel.DistributedDataParallel.__init__).parameters else {"broadcast_buffers": False})
-    shared_memory = shmreduce.applies(denv, device)
-    if shared_memory:
-        options["bucket_cap_mb"] = shmreduce.ONE_BUCKET_MB
-    ddp = nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True, **options)
-    if shared_memory and shmreduce.install(ddp, denv, device) is not None:
-        print(f"rank {denv.rank}: gradients allreduced through shared memory", flush=True)
-    return ddp
-
-
-def _sync_buffers(model: nn.Module) -> None:
-    """Rank 0's buffers to every rank, one broadcast per dtype (not one per buffer: a collective
-    costs about a millisecond on CPU whatever its size, and a network has a hundred buffers)."""
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for buf in model.buffers():
-        by_dtype.setdefault(buf.dtype, []).append(buf)
-    for bufs in by_dtype.values():
-        flat = torch.cat([b.reshape(-1) for b in bufs])
-        dist.broadcast(flat, src=0)
-        offset = 0
-        for b in bufs:
-            b.copy_(flat[offset:offset + b.numel()].view_as(b))
-            offset += b.numel()
 
 
 # ---- checkpoint ---------------------------------------------------------------------------------
@@ -265,7 +199,7 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
         device = _device_for(cfg, denv)
         budget = cpu_budget()  # this node's CPUs for the trial, before binding narrows them to the rank's
         cpus = _bind_cpus(cfg, denv, device)  # before the process group and data start threads
-        _init_process_group(denv, device)
+        init_process_group(denv, device)
         _train(cfg, trial_dir, attempt, denv, device, writer, cpus, budget)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is logged, then reported by the exit status
@@ -329,7 +263,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
             writer.append("epoch_end", **ckpt["epoch_record"])
         elif ckpt and done > logged + 1:
             status = 2
-    status = _broadcast_int(status, denv, device)
+    status = broadcast_int(status, denv, device)
     if status == 1:
         log(f"trial {cfg.trial}: already finished (trial_result logged); nothing to do", flush=True)
         if is_main and ckpt_path.exists():
@@ -386,7 +320,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
 
     ddp_model: nn.Module = model
     if denv.world_size > 1:
-        ddp_model = _data_parallel(model, denv, device)
+        ddp_model = data_parallel(model, denv, device)
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     data = build_data(cfg.data, batch_size=cfg.batch_size, rank=denv.rank, world_size=denv.world_size,
                       device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
@@ -405,12 +339,12 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         started_at = time.time()
         t0 = time.perf_counter()
         totals = train_one_epoch(ddp_model, criterion, optimizer, data, precision, scaler, schedule, epoch, device)
-        train_sums = _all_sum(torch.stack([totals.loss_sum.double(),
+        train_sums = all_sum(torch.stack([totals.loss_sum.double(),
                                            torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
                               denv)
         if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
-            _sync_buffers(model)
-        val = _all_sum(evaluate(model, data, precision, device), denv).tolist()
+            sync_buffers(model)
+        val = all_sum(evaluate(model, data, precision, device), denv).tolist()
         train = train_sums.tolist()
         ended_at = time.time()
         seconds = time.perf_counter() - t0
