@@ -17,6 +17,12 @@ load hits all of them alike, and the ratio of each configuration's mean score to
 is printed. Written: a plotly chart of the CV against run length (`--html`) and, with `--json`,
 every run's figures.
 
+The machine moves too: on a shared VM the same work runs 20-40 % faster or slower from one
+quarter of an hour to the next. So before and after every run the machine's speed is probed
+(bench/machine_speed.py: the preset's seed trained on a fixed batch on every core, `--probe-s`
+seconds), and the table shows the probe's CV beside the score's and the CV of score / probe (the
+spread left once the machine's own is taken out), with the share of CPU time the hypervisor stole.
+
 `--seeds same` (default) runs the same command K times (seed 0): the spread of one site's repeated
 runs. `--seeds different` gives run k the seed k: the spread across the search's random choices too.
 """
@@ -47,6 +53,9 @@ from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
 from aiperf_runner.spec.graph import load_graph  # noqa: E402
 from aiperf_runner.spec.verify import verify  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+import machine_speed  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Config:
@@ -60,8 +69,20 @@ class Config:
         return f"{self.preset} {self.backend} {self.slots} slot{'s' if self.slots != 1 else ''} {fmt_duration(self.duration_s)}"
 
 
-def run_once(config: Config, run_dir: Path, seed: int, extra: list[str]) -> dict[str, Any]:
-    """One run as a site starts it, then its figures from the log."""
+def _cpu_jiffies() -> tuple[int, int]:
+    """(all, stolen) CPU time of this machine so far, from /proc/stat ((0, 0) where there is none)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def run_once(config: Config, run_dir: Path, seed: int, extra: list[str], probe_s: float) -> dict[str, Any]:
+    """One run as a site starts it, then its figures from the log; the machine's speed probed
+    (bench/machine_speed.py) just before and just after it, unless `probe_s` is 0."""
+    before = machine_speed.probe(config.preset, probe_s) if probe_s and config.backend != "sim" else None
+    jiffies = _cpu_jiffies()
     cmd = [sys.executable, "-m", "aiperf_runner", "run", "--preset", config.preset, "--backend", config.backend,
            "--slots", str(config.slots), "--duration", f"{config.duration_s:g}s", "--seed", str(seed),
            "--offline", "--progress", "none", "--out", str(run_dir), *extra]
@@ -70,7 +91,13 @@ def run_once(config: Config, run_dir: Path, seed: int, extra: list[str]) -> dict
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    return figures(run_dir, wall)
+    total, stolen = (b - a for a, b in zip(jiffies, _cpu_jiffies(), strict=True))
+    out = figures(run_dir, wall)
+    out["steal"] = stolen / total if total else None
+    after = machine_speed.probe(config.preset, probe_s) if before is not None else None
+    out["probe"] = (before + after) / 2 if before is not None and after is not None else None
+    out["normalised"] = out["score"] / out["probe"] if out["probe"] else None
+    return out
 
 
 def figures(run_dir: Path, wall_s: float) -> dict[str, Any]:
@@ -119,7 +146,7 @@ def spread(values: Iterable[float | None]) -> tuple[float | None, float | None, 
 def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"config": config.__dict__, "label": config.label, "runs": runs}
     for key in ("score", "regulated", "steady_score", "epochs", "trials", "flops_per_image", "images_per_s",
-                "utilisation", "max_accuracy"):
+                "utilisation", "max_accuracy", "probe", "normalised", "steal"):
         out[key] = dict(zip(("mean", "std", "cv"), spread(r[key] for r in runs), strict=True))
     return out
 
@@ -134,19 +161,22 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
 
 def print_table(summaries: list[dict[str, Any]], show_runs: bool) -> None:
     print("\nconfiguration                       runs   score mean      CV   regulated     CV   steady CV"
-          "  epochs  trials  FLOP/img   img/s  slot use")
+          "  epochs  trials  FLOP/img   img/s  slot use  probe CV  score/probe CV  steal")
     for s in summaries:
         sc, rg, st = s["score"], s["regulated"], s["steady_score"]
         print(f"{s['label']:35} {len(s['runs']):>4} {fmt_ops(sc['mean']):>12} {_pct(sc['cv']):>7} "
               f"{fmt_ops(rg['mean']):>11} {_pct(rg['cv']):>6} {_pct(st['cv']):>10} "
               f"{_num(s['epochs']['mean']):>7} {_num(s['trials']['mean']):>7} "
               f"{_num(s['flops_per_image']['mean'], '{:.3g}'):>9} {_num(s['images_per_s']['mean'], '{:.0f}'):>7} "
-              f"{_pct(s['utilisation']['mean']):>9}")
+              f"{_pct(s['utilisation']['mean']):>9} {_pct(s['probe']['cv']):>9} {_pct(s['normalised']['cv']):>15} "
+              f"{_pct(s['steal']['mean']):>6}")
         if show_runs:
             for r in s["runs"]:
+                probe = f"probe {fmt_ops(r['probe'])}" if r.get("probe") else ""
                 print(f"    {fmt_ops(r['score']):>12} reg {fmt_ops(r['regulated']):>11} epochs {r['epochs']:>4} "
                       f"trials {r['trials']:>4} FLOP/img {_num(r['flops_per_image'], '{:.3g}')} "
-                      f"img/s {_num(r['images_per_s'], '{:.0f}')} acc {_num(r['max_accuracy'], '{:.4f}')}  {r['run_dir']}")
+                      f"img/s {_num(r['images_per_s'], '{:.0f}')} acc {_num(r['max_accuracy'], '{:.4f}')} {probe}  "
+                      f"{r['run_dir']}")
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
     for s in summaries:
         c = s["config"]
@@ -195,6 +225,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (default: removed after each run)")
     ap.add_argument("--show-runs", action="store_true", help="print every run's figures")
+    ap.add_argument("--probe-s", type=float, default=4.0,
+                    help="seconds of the machine's speed probe before and after each run (0: none; never for sim)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
     ap.add_argument("--html", type=Path, default=None, help="chart file (default: OUT/reproducibility.html)")
     args = ap.parse_args()
@@ -214,7 +246,7 @@ def main() -> int:
             for config in (c for c in configs if c.duration_s == duration):  # interleaved slot counts
                 run_dir = out / f"{config.preset}-{config.backend}-{config.slots}s-{int(duration)}s-{k}"
                 seed = 0 if args.seeds == "same" else k
-                r = run_once(config, run_dir, seed, args.run_arg)
+                r = run_once(config, run_dir, seed, args.run_arg, args.probe_s)
                 runs[config].append(r)
                 print(f"  {config.label} run {k + 1}/{args.runs}: score {fmt_ops(r['score'])}, regulated "
                       f"{fmt_ops(r['regulated'])}, {r['epochs']} epochs, {r['trials']} trials, FLOP/img "
