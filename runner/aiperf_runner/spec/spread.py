@@ -43,6 +43,9 @@ MEASURED: tuple[Spread, ...] = (
     # bench/reproducibility.py --preset smoke --slots 2 --duration 5m --runs 5
     Spread("smoke", 300, slots=2, runs=5, score_cv=0.026, regulated_cv=0.027, machine=TWO_CORES,
            measured="2026-12-02"),
+    # bench/reproducibility.py --preset fashion-mnist --slots 2 --duration 30m --runs 3
+    Spread("fashion-mnist", 1800, slots=2, runs=3, score_cv=0.038, regulated_cv=0.040, machine=TWO_CORES,
+           measured="2026-12-03"),
 )
 
 
