@@ -43,16 +43,15 @@ def _one_core(preset: str, core: int, seconds: float) -> float:
 
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
-    facts = get_preset(preset).dataset(None) if preset != "fashion-mnist" else {
-        "classes": 10, "image_size": 28, "channels": 1}
-    graph = seed_for_preset(preset, facts["classes"], facts["image_size"])
+    shape = get_preset(preset)  # the input shape only: the probe needs no data
+    graph = seed_for_preset(preset, shape.classes, shape.image_size)
     per_image = flops_per_image(graph, "v2").train
     torch.manual_seed(0)
-    model = build_module(graph, num_classes=facts["classes"]).to(memory_format=torch.channels_last)
+    model = build_module(graph, num_classes=shape.classes).to(memory_format=torch.channels_last)
     gen = torch.Generator().manual_seed(core)
-    images = torch.randint(0, 256, (PROBE_BATCH, facts.get("channels", 3), facts["image_size"], facts["image_size"]),
+    images = torch.randint(0, 256, (PROBE_BATCH, shape.channels, shape.image_size, shape.image_size),
                            dtype=torch.uint8, generator=gen).contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, facts["classes"], (PROBE_BATCH,), generator=gen)
+    labels = torch.randint(0, shape.classes, (PROBE_BATCH,), generator=gen)
 
     class Repeat:
         def __init__(self, steps: int) -> None:
