@@ -7,9 +7,10 @@ smoke run's score follows the FLOPs per image of the architectures its search ha
 and those follow its path: morphisms only grow a network, and which architectures get expanded
 depends on accuracies that differ between architectures by little more than their noise.
 
-This replays that loop without training: `ArchitectureSearch` as a run builds it (the preset's seed
-and bounds, search seed 0), `slots` slots each taking the next of the ready proposals (two ready,
-one proposed per start, as the controller's proposal buffer does at two slots), epochs of
+This replays that loop without training: the architecture search as a run builds it
+(`proposals.make_search`: the preset's seed and bounds, search seed 0), `slots` slots each taking
+the next of the ready proposals (two ready, one proposed per start, as the controller's proposal
+buffer does at two slots), epochs of
 `--epoch-s` seconds with 5 % log-normal jitter, epoch budgets 1, 2, 3 then 4 per round as smoke's,
 and accuracies from a model fitted on those five runs' results (four-epoch trials: 0.9604 + 0.0068
 ln(FLOPs / seed's FLOPs), residual sigma 0.0038, quantised to the 2,000 validation images; 0.03
@@ -39,8 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
 from aiperf_runner.presets import get_preset  # noqa: E402
-from aiperf_runner.search.bayesian import ArchitectureSearch, Proposal  # noqa: E402
-from aiperf_runner.search.seeds import search_bounds, seed_for_preset  # noqa: E402
+from aiperf_runner.proposals import make_search  # noqa: E402
+from aiperf_runner.search.bayesian import Proposal  # noqa: E402
 from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
 
 BUDGETS = (1, 2, 3, 4)
@@ -57,9 +58,8 @@ def replay(flops_ratio: float, run: int, duration_s: float, slots: int, epoch_s:
     """One simulated run: the epoch-weighted mean of the trained architectures' FLOPs per image,
     over the seed's (epochs cut by the end of the run counted for the part inside it)."""
     preset = dataclasses.replace(get_preset("smoke"), max_flops_ratio=flops_ratio)
-    seed = seed_for_preset("smoke", preset.classes, preset.image_size)
-    search = ArchitectureSearch(seed, rng_seed=0, **search_bounds(preset, seed))
-    seed_flops = flops_per_image(seed, "v2").train
+    search, _ = make_search(preset, {"classes": preset.classes, "image_size": preset.image_size}, seed=0)
+    seed_flops = flops_per_image(search.seed_graph, "v2").train
     rng = random.Random(run)
     ready: deque[Proposal] = deque(search.propose_batch(slots))
     running: list[tuple[float, int, int, Proposal, float, int]] = []
