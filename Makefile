@@ -28,6 +28,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Wheels to install the runner with no index (TRAIN=1: with torch; PLATFORM/PYTHON_VERSION: for
 # another machine; TORCH_INDEX: torch for the site's CUDA). See docs/running.md.

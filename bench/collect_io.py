@@ -34,8 +34,8 @@ from typing import Any
 from aiperf_runner.backends.base import Backend, LaunchSpec, TrialHandle
 from aiperf_runner.backends.filewatch import FileWatch
 from aiperf_runner.backends.local import LocalBackend
-from aiperf_runner.controller import MIN_TICK_S, POLL_S
-from aiperf_runner.trialtail import TrialTail
+from aiperf_runner.run.controller import MIN_TICK_S, POLL_S
+from aiperf_runner.run.trialtail import TrialTail
 
 WRITER = """
 import json, sys, time

@@ -84,10 +84,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.controller import Controller
-from aiperf_runner.presets import get_preset
-from aiperf_runner.runconfig import RunConfig
-from aiperf_runner.runstate import RunState
+from aiperf_runner.data.presets import get_preset
+from aiperf_runner.run.controller import Controller
+from aiperf_runner.run.state import RunState
+from aiperf_runner.rundir.config import RunConfig
 from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.runio import RunDir

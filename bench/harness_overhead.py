@@ -37,10 +37,11 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from aiperf_runner.presets import get_preset  # noqa: E402
+from aiperf_runner.data.presets import get_preset  # noqa: E402
 from aiperf_runner.search.hparams import defaults  # noqa: E402
 from aiperf_runner.search.seeds import seed_for_preset, small_resnet  # noqa: E402
 from aiperf_runner.spec.eventlog import EventWriter  # noqa: E402
+from aiperf_runner.spec.records import EpochEnd  # noqa: E402
 from aiperf_runner.train.builder import build_module  # noqa: E402
 from aiperf_runner.train.data import DataSpec, TensorLoader, TrialData, build_data  # noqa: E402
 from aiperf_runner.train.precision import setup_precision  # noqa: E402
@@ -159,8 +160,9 @@ def main() -> int:
         t0 = time.perf_counter()
         save_checkpoint(Path(tmp) / "checkpoint.pt", {"model": h_model.state_dict(), "optimizer": h_opt.state_dict()})
         with EventWriter(Path(tmp) / "events.jsonl") as w:
-            w.append("epoch_end", trial="t0000", attempt=1, epoch=1, images_trained=1, images_evaluated=1,
-                     val_accuracy=0.5, val_loss=1.0, started_at=0.0, ended_at=1.0, seconds=1.0)
+            w.append("epoch_end", **EpochEnd(trial="t0000", attempt=1, epoch=1, images_trained=1, images_evaluated=1,
+                                             val_accuracy=0.5, val_loss=1.0, started_at=0.0, ended_at=1.0,
+                                             seconds=1.0).as_event())
         extras = time.perf_counter() - t0
 
     plain = statistics.fmean(rates["plain"])

@@ -46,9 +46,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
-from aiperf_runner.cli_run import parse_duration  # noqa: E402
-from aiperf_runner.progress import fmt_duration, fmt_ops  # noqa: E402
-from aiperf_runner.runstate import RunState  # noqa: E402
+from aiperf_runner.cli.options import parse_duration  # noqa: E402
+from aiperf_runner.run.progress import fmt_duration, fmt_ops  # noqa: E402
+from aiperf_runner.run.state import RunState  # noqa: E402
 from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
 from aiperf_runner.spec.graph import load_graph  # noqa: E402
 from aiperf_runner.spec.verify import verify  # noqa: E402

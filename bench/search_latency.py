@@ -12,8 +12,8 @@ looped as NNI's manager would (generate_parameters / receive_trial_result), run 
 the separate virtual environment `.venv-nni` (NNI is a benchmark peer only, never a dependency of
 the runner). Its history is pre-filled the same way (random morphism neighbours via NNI's own
 `transform`, synthetic rewards), then P proposals are timed. Set it up with
-`python3 -m venv .venv-nni && .venv-nni/bin/pip install nni torch==2.13.0` (../shared/recipes/nni.md;
-the numpy >= 2.4 patch of the recipe is applied here). Without the venv the NNI column is skipped
+`python3 -m venv .venv-nni && .venv-nni/bin/pip install nni torch==2.13.0` (NNI 3.0;
+the patch NNI needs for numpy >= 2.4 is applied here). Without the venv the NNI column is skipped
 with a message.
 
 Both run in one invocation on the same machine; the 1-minute load average is printed, since on a

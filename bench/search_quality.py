@@ -35,11 +35,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
-from aiperf_runner.cli_run import parse_duration  # noqa: E402
-from aiperf_runner.controller import Controller, ControllerError, RunConfig, make_search  # noqa: E402
-from aiperf_runner.presets import PresetError  # noqa: E402
-from aiperf_runner.progress import fmt_duration  # noqa: E402
-from aiperf_runner.runstate import RunState  # noqa: E402
+from aiperf_runner.cli.options import parse_duration  # noqa: E402
+from aiperf_runner.data.presets import PresetError  # noqa: E402
+from aiperf_runner.run.controller import Controller, ControllerError, RunConfig, make_search  # noqa: E402
+from aiperf_runner.run.progress import fmt_duration  # noqa: E402
+from aiperf_runner.run.state import RunState  # noqa: E402
 from aiperf_runner.search.baselines import random_search_factory, seed_only_factory  # noqa: E402
 from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
 from aiperf_runner.spec.graph import load_graph  # noqa: E402
@@ -106,7 +106,7 @@ def _acc(value: float | None) -> str:
 
 
 def print_table(results: list[dict[str, Any]], duration_s: float) -> None:
-    from aiperf_runner.progress import fmt_ops
+    from aiperf_runner.run.progress import fmt_ops
 
     marks = "  ".join(f"@{fmt_duration(q * duration_s)}".rjust(9) for q in QUARTERS)
     print("\nbest validation accuracy at quarters of the run (@ elapsed time), final score and regulated score")

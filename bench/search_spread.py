@@ -39,9 +39,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
-from aiperf_runner.presets import get_preset  # noqa: E402
-from aiperf_runner.proposals import make_search  # noqa: E402
+from aiperf_runner.data.presets import get_preset  # noqa: E402
 from aiperf_runner.search.bayesian import Proposal  # noqa: E402
+from aiperf_runner.search.buffer import make_search  # noqa: E402
 from aiperf_runner.spec.flops import flops_per_image  # noqa: E402
 
 BUDGETS = (1, 2, 3, 4)

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 
 TARGET = 0.97
 

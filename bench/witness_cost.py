@@ -58,9 +58,9 @@ def start_service(home: Path, interval: float) -> Any:
 
 
 def run(args: argparse.Namespace, run_dir: Path, witnessed: bool, system: str) -> dict[str, Any]:
-    from aiperf_runner.controller import Controller
-    from aiperf_runner.runconfig import RunConfig
-    from aiperf_runner.service import find_service, resolve_system
+    from aiperf_runner.client.service import find_service, resolve_system
+    from aiperf_runner.run.controller import Controller
+    from aiperf_runner.rundir.config import RunConfig
     from controller_scale import ThreadClock, seed_flops_per_s  # type: ignore[import-not-found]
 
     options = {"flops_per_s": seed_flops_per_s("smoke", args.trial_s, args.epochs), "seed": 1}

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.spec import presets as spec_presets
+from aiperf_runner.spec import presetfacts as spec_presets
 from aiperf_runner.spec.eventlog import GENESIS, encode
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.records import EpochEnd
 
 NumberFn = float | int | Callable[[int, int], float]
 
@@ -179,10 +180,10 @@ class RunBuilder:
     def epoch(self, tid: str, epoch: int, *, started_at: float, ended_at: float, trained: int, evaluated: int,
               accuracy: float, attempt: int = 1, t: float | None = None, **extra: Any) -> None:
         """An epoch_end line written at `t` (default: ended_at)."""
-        self.event("epoch_end", ended_at if t is None else t, trial=tid, attempt=attempt, epoch=epoch,
-                   images_trained=trained, images_evaluated=evaluated, val_accuracy=accuracy,
-                   val_loss=round(1 - accuracy, 6), started_at=self.start + started_at,
-                   ended_at=self.start + ended_at, seconds=ended_at - started_at, **extra)
+        record = EpochEnd(trial=tid, attempt=attempt, epoch=epoch, images_trained=trained, images_evaluated=evaluated,
+                          val_accuracy=accuracy, val_loss=round(1 - accuracy, 6), started_at=self.start + started_at,
+                          ended_at=self.start + ended_at, seconds=ended_at - started_at)
+        self.event("epoch_end", ended_at if t is None else t, **record.as_event(), **extra)
 
     def finish_trial(self, tid: str, t: float, epochs: int, best: float, attempt: int = 1) -> None:
         self.event("trial_finished", t, trial=tid, attempt=attempt, epochs=epochs, best_accuracy=best,
@@ -324,10 +325,10 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                     secs = float(sec_fn(i, e))
                     a = float(acc_fn(i, e))
                     best = max(best, a)
-                    fields = {"trial": tid, "attempt": attempt, "epoch": e,
-                              "images_trained": int(tr_fn(i, e)), "images_evaluated": int(ev_fn(i, e)),
-                              "val_accuracy": a, "val_loss": round(2.5 * (1 - a), 6),
-                              "started_at": clock, "ended_at": clock + secs, "seconds": secs}
+                    fields = EpochEnd(trial=tid, attempt=attempt, epoch=e, images_trained=int(tr_fn(i, e)),
+                                      images_evaluated=int(ev_fn(i, e)), val_accuracy=a,
+                                      val_loss=round(2.5 * (1 - a), 6), started_at=clock, ended_at=clock + secs,
+                                      seconds=secs).as_event()
                     clock += secs
                     line_t = clock + copy_delay_s
                     if tlog is not None:

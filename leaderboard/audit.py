@@ -1,11 +1,11 @@
-"""Proof of training (DESIGN section 8, layer 3): the service's challenge, the evidence, the audit.
+"""Proof of training (docs/design.md section 7, layer 3): the service's challenge, the evidence, the audit.
 
 - the challenge (leaderboard/pipeline.py): after a witnessed submission verifies, the service picks up
   to AIPERF_AUDIT_TRIALS of the trials whose weights the log kept, the best always among them.
 - `receive_evidence`: the site uploads a challenged trial's weights (size-limited; the SHA-256 must
   be the one its log recorded).
 - `run`: per challenged trial, in a subprocess with memory and time limits
-  (`python -m aiperf_runner.train.audit`): `audit.weights` (the stored file's digest is the logged
+  (`python -m aiperf_runner.train.reevaluate`): `audit.weights` (the stored file's digest is the logged
   one, and it is a safetensors file), `audit.architecture` (it loads with strict=True into the module
   built from the trial's graph), `audit.accuracy` (re-evaluated on the preset's validation data, it
   matches the trial's last logged accuracy within the rules table's tolerance). All pass: the result
@@ -107,7 +107,7 @@ def _limits() -> None:
 
 def evaluate(trial_dir: Path, weights: Path, data: str | None, preset: str) -> dict[str, Any]:
     """The subprocess's verdict on one trial (its error as `error` when it could not run)."""
-    argv = [sys.executable, "-m", "aiperf_runner.train.audit", str(trial_dir), str(weights), "--preset", preset,
+    argv = [sys.executable, "-m", "aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
             "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else [])
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=settings.AIPERF_AUDIT_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""The service's data (DESIGN section 6).
+"""The service's data (docs/design.md section 6).
 
 Every figure of a Result comes from `aiperf_runner.spec.verify` run by the service on the stored
 bundle (leaderboard/pipeline.py); nothing here recomputes a score.

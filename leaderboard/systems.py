@@ -1,4 +1,4 @@
-"""Registered systems: what a result is judged by (DESIGN section 8, layer 1).
+"""Registered systems: what a result is judged by (docs/design.md section 7, layer 1).
 
 A site registers a system (`POST /api/v1/systems/`): known accelerator models (spec/peaks.py's table,
 a peak a maintainer added, or `cpu`) are approved at once unless `AIPERF_SYSTEM_APPROVAL=manual`; a

@@ -1,4 +1,4 @@
-"""The service as the witness of runs (DESIGN section 8, layer 2; docs/service.md "Witnessed runs").
+"""The service as the witness of runs (docs/design.md section 7, layer 2; docs/service.md "Witnessed runs").
 
 - The witness key: an Ed25519 private key in `AIPERF_WITNESS_KEY_FILE`; every public key it ever had
   is a `WitnessKey` row (retired ones too: their receipts stay valid).

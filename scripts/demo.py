@@ -151,7 +151,7 @@ def demo_system(url: str, token: str) -> None:
         return
     say(f"registering this machine as the system {SYSTEM!r} (a CPU system: its peak is the CPU estimate)")
     runner("system", "add", "--name", SYSTEM, "--accelerator-model", "cpu", "--accelerators-per-node", "0",
-           "--nodes", "1")
+           "--nodes", "1", "--facts-from", "here")  # the demo runs here, even on a SLURM login node
 
 
 def main() -> None:

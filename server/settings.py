@@ -149,7 +149,7 @@ AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)
 # Base URL printed in links that leave the request context (management commands, tasks).
 AIPERF_PUBLIC_URL = env.str("AIPERF_PUBLIC_URL", default="http://127.0.0.1:8000")
 
-# ---- trust (DESIGN section 8; docs/service.md "Trust") -------------------------------------
+# ---- trust (docs/design.md section 7; docs/service.md "Trust") -------------------------------------
 # auto: a registered system of a known accelerator model is approved at once; manual: a maintainer
 # approves every system.
 AIPERF_SYSTEM_APPROVAL = env.str("AIPERF_SYSTEM_APPROVAL", default="auto")
@@ -203,11 +203,14 @@ AIPERF_RESUME_RECEIVED_AFTER_S = env.float("AIPERF_RESUME_RECEIVED_AFTER_S", def
 # longer than any task may live.
 AIPERF_TMP_MAX_AGE_S = env.float("AIPERF_TMP_MAX_AGE_S", default=CELERY_TASK_TIME_LIMIT + 3600.0)
 # Redis redelivers a message whose worker died without acknowledging it after this many seconds.
-# (The sweep that restores such messages runs every interval x throttle seconds.)
+# (The sweep that restores such messages runs every interval x throttle seconds. Workers take turns
+# under a lock in Redis; a worker killed while it held the lock blocks every other worker's sweep
+# until the lock expires, so it expires well within the visibility timeout.)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
     "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL", default=10),
     "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+    "unacked_mutex_expire": env.int("CELERY_UNACKED_MUTEX_EXPIRE", default=300),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE

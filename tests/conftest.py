@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-# A copy of ../shared/reference/resnet50.json (the official seed in the original AIPerf format), so
+# The official seed in the original AIPerf format (a copy of the reference benchmark's resnet50.json), so
 # that the test vectors run in any checkout; tests/flops/test_v1compat.py checks it is the same file.
 REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 

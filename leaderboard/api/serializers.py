@@ -6,6 +6,8 @@ from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
 from aiperf_runner.spec import spread as spec_spread
+from aiperf_runner.spec.flops import RULES as FLOP_RULES
+from aiperf_runner.spec.peaks import PRECISIONS
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -121,8 +123,8 @@ class RunRequestSerializer(serializers.Serializer):
 
     system = serializers.IntegerField(help_text="a registered system of the site")
     preset = serializers.CharField(max_length=32)
-    rules = serializers.ChoiceField(choices=["v2", "v1-compat"])
-    precision = serializers.ChoiceField(choices=["fp32", "tf32", "bf16", "fp16"])
+    rules = serializers.ChoiceField(choices=list(FLOP_RULES))
+    precision = serializers.ChoiceField(choices=list(PRECISIONS))
     slots = serializers.IntegerField(min_value=1)
     devices_per_slot = serializers.IntegerField(min_value=1)
     duration_s = serializers.FloatField(min_value=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 from aiperf_runner.spec import keys as spec_keys
+from aiperf_runner.spec.flops import RULES as FLOP_RULES
 from django.conf import settings
 from django.db import IntegrityError
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
@@ -37,7 +38,7 @@ CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
                                               "check": serializers.CharField(help_text="the check that failed")})
 
 EDITION = OpenApiParameter("edition", str, description='a frozen edition (e.g. "2026-11") instead of the live list')
-RULES = OpenApiParameter("rules", str, enum=["v2", "v1-compat"],
+RULES = OpenApiParameter("rules", str, enum=list(FLOP_RULES),
                          description="which list: v2 (default) or the v1-compat results, ranked apart")
 ALL = OpenApiParameter("all", bool, description="every result, not only each system's best (ranks: rank_all)")
 REVIEW = OpenApiParameter("review", str, enum=["pending", "rejected"],

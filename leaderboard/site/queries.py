@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
+from aiperf_runner.spec.flops import RULES as FLOP_RULES
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -47,7 +48,7 @@ DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE_HTML = 500  # "all" is for downloads; the HTML table pages
 
 FILTERS = ("division", "accelerator", "vendor", "country", "edition", "rules", "all", "review")
-RULES_LISTS = ("v2", "v1-compat")  # the FLOP rules: each its own list
+RULES_LISTS = FLOP_RULES  # the FLOP rules: each its own list
 REVIEWS = ("pending", "rejected")
 
 # sort key -> (label, ORM ordering ascending, first click descending?)

@@ -44,11 +44,20 @@ def _make_sim(run_dir: Path, slots: int) -> Backend:
     return load_backend("sim")(run_dir, slots=slots)
 
 
+def _make_recipe(run_dir: Path, slots: int) -> Backend:
+    """The backend of the "a backend" recipe (docs/internals.md, "Extending"), not installed: built
+    directly, as its entry point would load it."""
+    from tests.backends.recipe_backend import NiceBackend
+
+    return NiceBackend(run_dir, slots=slots, niceness=1)
+
+
 BACKEND_CASES: dict[str, BackendCase] = {
     "local": BackendCase(_make_local),
     "local-warm": BackendCase(_make_local_warm),
     "inprocess": BackendCase(_make_inprocess, processes=False, captures_output=False, applies_env=False),
     "sim": BackendCase(_make_sim, processes=False, captures_output=False, applies_env=False),
+    "recipe": BackendCase(_make_recipe),
 }
 
 

@@ -94,7 +94,7 @@ def test_describe_returncode() -> None:
 
 
 def test_cpu_slots_get_their_own_cores(tmp_path: Path) -> None:
-    from aiperf_runner.train.cpubind import CPU_SET_ENV, parse_cpulist
+    from aiperf_runner.util.cpubind import CPU_SET_ENV, parse_cpulist
 
     allowed = sorted(os.sched_getaffinity(0))
     b = LocalBackend(tmp_path, slots=2, devices_per_slot=1, device_type="cpu")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from aiperf_runner.backends.base import Backend, LaunchSpec, load_backend
-from aiperf_runner.controller import Controller
-from aiperf_runner.presets import get_preset
-from aiperf_runner.runconfig import TRIAL_MODULE, RunConfig
+from aiperf_runner.data.presets import get_preset
+from aiperf_runner.run.controller import Controller
+from aiperf_runner.rundir.config import TRIAL_MODULE, RunConfig
 from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec.eventlog import iter_events
 from aiperf_runner.spec.flops import flops_per_image
@@ -108,7 +108,7 @@ def test_a_controller_run_on_the_sim_backend_verifies(tmp_path: Path) -> None:
 
 
 def test_a_controller_of_many_slots_runs_the_search_in_its_own_process(tmp_path: Path) -> None:
-    from aiperf_runner.proposals import SEARCH_PROCESS_MIN_SLOTS
+    from aiperf_runner.search.buffer import SEARCH_PROCESS_MIN_SLOTS
 
     config = RunConfig(preset="smoke", slots=SEARCH_PROCESS_MIN_SLOTS, duration_s=3.0, backend="sim",
                        epoch_budgets=[1, 1, 1, 1], backend_options={"flops_per_s": WORK / 0.5})

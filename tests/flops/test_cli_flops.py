@@ -85,4 +85,4 @@ def test_other_errors_exit_1(tmp_path) -> None:
     ok = tmp_path / "ok.json"
     ok.write_text(Graph([(3, 4, 4)], []).dumps())
     res = runner.invoke(app, ["flops", str(ok), "--rules", "v3"])
-    assert res.exit_code == 1 and "v1-compat or v2" in res.stderr
+    assert res.exit_code == 1 and "v2 or v1-compat" in res.stderr

@@ -1,4 +1,4 @@
-"""v1-compat: the original AIPerf profiler, exactly (docs/score.md, ../shared/reference/README.md)."""
+"""v1-compat: the original AIPerf profiler, exactly (docs/score.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Uploaded weights (train/weights.py, read by the audit, train/audit.py): a safetensors file of the
+"""Uploaded weights (train/weights.py, read by the audit, train/reevaluate.py): a safetensors file of the
 trial's module, or a ValueError from `load_weights` / a RuntimeError from `load_state_dict`, in time.
 
 Inputs: anything, a valid file cut short or with junk, its JSON header mutated (dtypes, shapes, offsets,

@@ -9,6 +9,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --no-requeue
 #SBATCH --exclusive
+#SBATCH --mem=0
 #SBATCH --partition=gpu
 #SBATCH --account=proj42
 #SBATCH --reservation=hpl-week
@@ -24,7 +25,7 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 nodes_file=trials/t0007/slurm-2.nodes
-"${AIPERF_PYTHON:-python3}" -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"
+"${AIPERF_PYTHON:-python3}" -m aiperf_runner.util.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"
 echo "aiperf: trial t0007 attempt 2: SLURM job $SLURM_JOB_ID on $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"
 # For a prologue and a wrapped trial: which trial, and its nodes (nothing of SLURM needed there).
 export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_file")"

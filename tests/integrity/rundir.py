@@ -12,6 +12,7 @@ from aiperf_runner import __version__
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.eventlog import EventWriter
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.records import EpochEnd
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_530_000.0
@@ -70,9 +71,9 @@ def make_run(root: Path, epochs: int = 3) -> Path:
             ended = started + 1.5
             accuracy = round(0.2 * epoch, 4)
             best = max(best, accuracy)
-            fields = dict(trial="t0000", attempt=1, epoch=epoch, images_trained=4000, images_evaluated=2000,
-                          val_accuracy=accuracy, val_loss=round(2.0 / epoch, 4), started_at=started, ended_at=ended,
-                          seconds=ended - started)
+            fields = EpochEnd(trial="t0000", attempt=1, epoch=epoch, images_trained=4000, images_evaluated=2000,
+                              val_accuracy=accuracy, val_loss=round(2.0 / epoch, 4), started_at=started,
+                              ended_at=ended, seconds=ended - started).as_event()
             tlog.append("epoch_end", **fields)
             log.append("epoch_end", **fields)
         tlog.append("trial_result", trial="t0000", attempt=1, epochs=epochs, best_accuracy=best, reason="budget")

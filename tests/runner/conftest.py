@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiperf_runner.controller import Controller, RunConfig
+from aiperf_runner.run.controller import Controller, RunConfig
 
 from tests.helpers import REPO, need_service
 

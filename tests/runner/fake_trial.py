@@ -10,7 +10,7 @@ $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRI
 with a message on stderr and nothing in the log (a killed or crashed process). $FAKE_CHECKPOINT=1
 writes a stand-in `checkpoint.pt` every epoch and leaves it behind at the end (as a real program
 killed in teardown would): the controller deletes it. With `run --stage-data` it stages and checks
-the data on its node first (stagedata.py), logging a refused copy as `trial_error`.
+the data on its node first (data/staging.py), logging a refused copy as `trial_error`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-from aiperf_runner.privacy import run_masker
+from aiperf_runner.data.staging import StageError, node_name, stage_for_trial
+from aiperf_runner.rundir.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
-from aiperf_runner.stagedata import StageError, node_name, stage_for_trial
+from aiperf_runner.spec.records import EpochEnd
 
 
 def _matches(spec: str, trial: str, attempt: int) -> bool:
@@ -94,9 +95,10 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
             acc = accuracy(graph_bytes, epoch)
             best = max(best, acc)
             ended = time.time()
-            log.append("epoch_end", trial=trial, attempt=attempt, epoch=epoch, images_trained=50,
-                       images_evaluated=val_images, val_accuracy=acc, val_loss=round(2.0 - acc, 4),
-                       started_at=started, ended_at=ended, seconds=ended - started)
+            log.append("epoch_end", **EpochEnd(trial=trial, attempt=attempt, epoch=epoch, images_trained=50,
+                                               images_evaluated=val_images, val_accuracy=acc,
+                                               val_loss=round(2.0 - acc, 4), started_at=started, ended_at=ended,
+                                               seconds=ended - started).as_event())
             if _matches(os.environ.get("FAKE_TRIAL_FAIL", ""), trial, attempt):
                 log.append("trial_error", trial=trial, attempt=attempt, error="RuntimeError: fake failure")
                 return 1

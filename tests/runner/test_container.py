@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec.verify import verify
 
 from tests.helpers import REPO, need_service

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from aiperf_runner.controller import Controller, ControllerError
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.controller import Controller, ControllerError
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.verify import verify
 
@@ -112,7 +112,7 @@ def test_failed_trials_are_retried_then_given_up(tmp_path: Path, fake_env) -> No
 
 
 def test_a_backend_that_cannot_launch_stops_the_run(tmp_path: Path, fake_env) -> None:
-    from aiperf_runner import controller as ctl
+    from aiperf_runner.run import controller as ctl
 
     run_dir = tmp_path / "run"
     controller = Controller.create(config(duration_s=60.0, max_retries=1), run_dir)

@@ -1,4 +1,4 @@
-"""`aiperf-runner estimate` (spec/estimate.py, cli_estimate.py): arithmetic, split and CLI. About 1 s."""
+"""`aiperf-runner estimate` (spec/estimate.py, cli/estimate.py): arithmetic, split and CLI. About 1 s."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from aiperf_runner import idxdata
-from aiperf_runner.runstate import RunState
+from aiperf_runner.data import idx as idxdata
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec.verify import verify
 
 from tests.helpers import need_service

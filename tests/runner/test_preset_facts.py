@@ -1,4 +1,4 @@
-"""spec/presets.py: each preset's input shape, classes and sizes, which the runner builds its presets from
+"""spec/presetfacts.py: each preset's input shape, classes and sizes, which the runner builds its presets from
 and verification binds a run to."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from aiperf_runner import idxdata
-from aiperf_runner.presets import PRESETS, get_preset
+from aiperf_runner.data import idx as idxdata
+from aiperf_runner.data.presets import PRESETS, get_preset
 from aiperf_runner.search.seeds import seed_for_preset
-from aiperf_runner.spec import presets as spec_presets
+from aiperf_runner.spec import presetfacts as spec_presets
 
 from tests.helpers import REPO, need_service
 
@@ -63,9 +63,9 @@ def test_table_imports_without_torch_or_numpy_and_presets_without_torch() -> Non
                     raise ImportError(f"blocked: {name}")
         blocker = Block({"torch", "numpy", "django"})
         sys.meta_path.insert(0, blocker)
-        import aiperf_runner.spec.presets
+        import aiperf_runner.spec.presetfacts
         blocker.names = {"torch", "django"}
-        import aiperf_runner.presets, aiperf_runner.idxdata
+        import aiperf_runner.data.presets, aiperf_runner.data.idx
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

@@ -1,4 +1,4 @@
-"""Private by default (privacy.py, publish.py, spec/bundle.py): pseudonyms, masked texts, what a
+"""Private by default (rundir/privacy.py, rundir/publish.py, spec/bundle.py): pseudonyms, masked texts, what a
 bundle leaves out. Pure functions and small files: well under a second."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from aiperf_runner import privacy, publish
+from aiperf_runner.rundir import privacy, publish
 from aiperf_runner.spec import bundle
 
 
@@ -94,3 +94,38 @@ def test_the_trial_reads_its_data_root_from_local(tmp_path: Path) -> None:
     (trial / "graph.json").write_text(seed_for_preset("cifar", 10, 32).dumps())
     privacy.write_private(run, {"data": "/scratch/site/cifar10"})
     assert TrialConfig.load(trial).data.root == "/scratch/site/cifar10"
+
+
+def _run_with_named_facts(run_dir: Path, monkeypatch, **config_kw) -> dict:
+    """A run of the inprocess backend whose system facts name a host and a home directory; its run.json."""
+    from aiperf_runner.backends.inprocess import InProcessBackend
+    from aiperf_runner.run.controller import Controller
+
+    from tests.runner.conftest import config
+
+    monkeypatch.setattr(InProcessBackend, "known_hosts", lambda self: ["gpu017"])
+    monkeypatch.setattr(InProcessBackend, "system_facts", lambda self: {
+        "nodes": 1, "head_node": "gpu017.cluster.example.org", "scratch": "/home/alice/scratch",
+        "extra": {"where": ["gpu017"]}})
+    controller = Controller.create(config(duration_s=60.0, **config_kw), run_dir)
+    controller.request_stop()
+    controller.run()
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def test_every_backends_system_facts_are_masked_in_run_json(tmp_path: Path, fake_env) -> None:
+    """Not only the slurm backends': whatever a backend's system_facts() says goes through the run's masker."""
+    run_json = _run_with_named_facts(tmp_path / "run", fake_env)
+    text = (tmp_path / "run" / "run.json").read_text()
+    assert "gpu017" not in text and "alice" not in text
+    pseudonym = privacy.read_hostnames(tmp_path / "run")["gpu017"]
+    system = run_json["system"]
+    assert system["head_node"] == pseudonym and system["extra"] == {"where": [pseudonym]}
+    assert system["scratch"] == "~/scratch" and system["nodes"] == 1
+    assert system["cpu_model"]  # this machine's own facts are there as before
+
+
+def test_the_site_may_publish_its_host_names(tmp_path: Path, fake_env) -> None:
+    run_json = _run_with_named_facts(tmp_path / "run", fake_env, publish_hostnames=True)
+    assert run_json["system"]["head_node"] == "gpu017.cluster.example.org"
+    assert run_json["system"]["scratch"] == "~/scratch"  # paths are masked all the same

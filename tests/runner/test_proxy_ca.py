@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiperf_runner.service import Service, client
+from aiperf_runner.client.service import Service, client
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 
 from tests.runner.conftest import cli, run_controller
 

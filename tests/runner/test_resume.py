@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from aiperf_runner.controller import Controller
-from aiperf_runner.runstate import INTERRUPTED, RunState
+from aiperf_runner.run.controller import Controller
+from aiperf_runner.run.state import INTERRUPTED, RunState
 from aiperf_runner.spec.eventlog import iter_events, read_events
 from aiperf_runner.spec.verify import verify
 

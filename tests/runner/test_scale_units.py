@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiperf_runner.backends.base import load_backend
-from aiperf_runner.proposals import BATCH_MAX, ProposalBuffer, ready_target
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 from aiperf_runner.search.bayesian import ArchitectureSearch
+from aiperf_runner.search.buffer import BATCH_MAX, ProposalBuffer, ready_target
 from aiperf_runner.search.seeds import small_resnet
 
 
@@ -103,7 +103,7 @@ def test_the_buffer_refills_in_batches_not_one_by_one() -> None:
 def test_the_weight_keeper_follows_the_best_trial_without_scanning(tmp_path: Path) -> None:
     """The best trial as `best_of` finds it (higher accuracy, on a tie the earlier proposed), kept up
     to date as trials finish in any order; what is kept for being the best is dropped when superseded."""
-    from aiperf_runner.weightkeeper import WeightKeeper, best_of
+    from aiperf_runner.run.weightkeeper import WeightKeeper, best_of
 
     state = RunState()
     logged: list[tuple[str, str, str]] = []
@@ -134,7 +134,7 @@ def test_the_weight_keeper_follows_the_best_trial_without_scanning(tmp_path: Pat
 
 
 def test_the_search_in_a_process_of_its_own_proposes_and_learns() -> None:
-    """With `process=True` the search runs in a child process (searchprocess.py): candidates come
+    """With `process=True` the search runs in a child process (search/process.py): candidates come
     back with their graph's JSON and FLOPs, results reach it, and stop() ends the process."""
     from aiperf_runner.spec.flops import flops_per_image
 
@@ -163,7 +163,7 @@ def test_the_search_in_a_process_of_its_own_proposes_and_learns() -> None:
 
 def test_a_dead_search_process_is_the_controllers_error() -> None:
     import pytest
-    from aiperf_runner.proposals import SearchProcessError
+    from aiperf_runner.search.buffer import SearchProcessError
 
     buffer = ProposalBuffer(ArchitectureSearch(small_resnet(), rng_seed=0, n_neighbours=4, max_expansions=4),
                             target=4, process=True).start()

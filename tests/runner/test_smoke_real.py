@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.verify import verify
 

@@ -1,4 +1,4 @@
-"""Staged data (stagedata.py): the index and manifest of a data root, staging a checked copy on a
+"""Staged data (data/staging.py): the index and manifest of a data root, staging a checked copy on a
 node, refusing a copy that does not match, two stagers at once, and the ImageFolder built from the
 index (same classes and samples as torchvision's own scan)."""
 
@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from aiperf_runner import stagedata
-from aiperf_runner.privacy import merge_config, split_config
-from aiperf_runner.stagedata import StageError
+from aiperf_runner.data import staging as stagedata
+from aiperf_runner.data.staging import StageError
+from aiperf_runner.rundir.privacy import merge_config, split_config
 
 
 def _folder(root: Path) -> Path:
@@ -178,7 +178,7 @@ def test_the_node_a_refusal_names() -> None:
 
 def test_a_refused_copy_on_the_local_backends_machine_stops_the_run(tmp_path: Path, fake_env: pytest.MonkeyPatch) -> None:
     """The local backend has no other node: the first refusal ends the run, with the reason (3 s)."""
-    from aiperf_runner.controller import Controller, ControllerError
+    from aiperf_runner.run.controller import Controller, ControllerError
     from aiperf_runner.spec.eventlog import read_events
 
     from tests.runner.conftest import config

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import typer
-from aiperf_runner import sysinfo
-from aiperf_runner.cli_run import parse_duration
-from aiperf_runner.presets import PresetError, epoch_budget, get_preset
-from aiperf_runner.runstate import RunState
+from aiperf_runner.cli.options import parse_duration
+from aiperf_runner.data.presets import PresetError, epoch_budget, get_preset
+from aiperf_runner.run.state import RunState
+from aiperf_runner.util import sysinfo
 
 
 def test_parse_duration() -> None:

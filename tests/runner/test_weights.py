@@ -1,4 +1,4 @@
-"""Which trials keep their final weights (spec/retention.py, runner/weightkeeper.py), with fast fake trials."""
+"""Which trials keep their final weights (spec/retention.py, run/weightkeeper.py), with fast fake trials."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec.retention import WEIGHTS, selected
 from aiperf_runner.spec.verify import verify
 

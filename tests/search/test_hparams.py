@@ -78,7 +78,7 @@ def test_unknown_preset():
 
 
 def test_smoke_searches_no_batch_size_but_old_runs_stay_inside_the_spec():
-    from aiperf_runner.spec.presets import PRESETS as SPEC
+    from aiperf_runner.spec.presetfacts import PRESETS as SPEC
     h = HparamSearch("smoke", seed=2, n_startup_trials=1)
     sizes = {h.suggest(f"t{seq}", None, 3)[0]["batch_size"] for seq in range(12)}  # round 3, no parent: TPE
     assert sizes == {defaults("smoke")["batch_size"]} == {32}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from aiperf_runner.presets import get_preset
-from aiperf_runner.proposals import make_search
+from aiperf_runner.data.presets import get_preset
+from aiperf_runner.search.buffer import make_search
 
 
 def _accuracy(key: str) -> float:

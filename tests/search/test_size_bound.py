@@ -1,4 +1,4 @@
-"""The preset's bounds on a proposal's size (presets.py `max_flops_ratio`, `max_layers_ratio`): neither
+"""The preset's bounds on a proposal's size (data/presets.py `max_flops_ratio`, `max_layers_ratio`): neither
 the Bayesian search nor the random baseline proposes an architecture over them, however long the search
 grows networks."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
-from aiperf_runner.presets import get_preset
-from aiperf_runner.proposals import make_search
+from aiperf_runner.data.presets import get_preset
 from aiperf_runner.search.baselines import random_search_factory
+from aiperf_runner.search.buffer import make_search
 from aiperf_runner.spec.flops import flops_per_image
 
 

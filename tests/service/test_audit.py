@@ -1,7 +1,7 @@
 """The audit worker's checks (leaderboard/audit.py) on the weights of a real smoke trial.
 
 A short real run (torch on this CPU) gives a trial, its safetensors weights and its logged accuracy;
-the re-evaluation runs as the worker runs it (`python -m aiperf_runner.train.audit` in a subprocess
+the re-evaluation runs as the worker runs it (`python -m aiperf_runner.train.reevaluate` in a subprocess
 with limits). The honest weights pass every `audit.*` check; each forgery fails its named one.
 """
 

@@ -6,7 +6,7 @@ the first cut and keeps the upload's URL beside the bundle; run again, it resume
 offset, goes through the second cut and through a SIGKILL and restart of gunicorn mid-upload, and the
 bundle ends verified: one Submission, one Result, one verification, nothing left in MEDIA_ROOT/partial.
 
-The bundle is a run padded with an incompressible file of AIPERF_E2E_BUNDLE_MB MiB (default 96; the 2 GB
+The bundle is a run padded with incompressible bytes of AIPERF_E2E_BUNDLE_MB MiB (default 96; the 2 GB
 case by hand: AIPERF_E2E_BUNDLE_MB=2048 AIPERF_E2E_CHUNK_MB=64, which prints its figures: 400 s on a
 loaded two-core machine, most of it packing). About 1 min at the default size.
 """
@@ -127,13 +127,21 @@ def stack(tmp_path):
         s.stop()
 
 
+def pad_bundle(run, mib: int) -> None:
+    """Make the bundle about `mib` MiB of incompressible bytes, in a file the bundle holds (it holds only
+    the runner's own files): one trial's masked output copy, its raw log gone, as after a site deletes it."""
+    trial = sorted(run.glob("trials/*/stdout.log"))[0].parent
+    (trial / "stdout.log").unlink()
+    with open(trial / "stdout.public.log", "wb") as fh:
+        for _ in range(mib):
+            fh.write(os.urandom(1 << 20))
+
+
 def test_big_bundle_resumes_through_cuts_runner_rerun_and_restart(stack, tmp_path):
     token, config = stack.new_site("Big Bundle Lab", "DE")
     run = tmp_path / "run-big"
     make_run(run, slots=2, trials=4, seed=11)
-    with open(run / "padding.bin", "wb") as fh:  # incompressible: the bundle is as big as this
-        for _ in range(BUNDLE_MB):
-            fh.write(os.urandom(1 << 20))
+    pad_bundle(run, BUNDLE_MB)
     size = BUNDLE_MB << 20
     proxy = CuttingProxy(stack.port, cuts=[size // 4, size // 2])
     url = f"http://127.0.0.1:{proxy.port}"

@@ -1,4 +1,4 @@
-"""Trust end to end (DESIGN section 8) on PostgreSQL, Redis, gunicorn and a real Celery worker.
+"""Trust end to end (docs/design.md section 7) on PostgreSQL, Redis, gunicorn and a real Celery worker.
 
 Real witnessed smoke runs (`aiperf-runner run --system ...`, torch on this CPU) against the service:
 a run token, heartbeats, the service's receipts; one run killed with SIGKILL and resumed; one run

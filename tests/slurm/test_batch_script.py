@@ -114,3 +114,22 @@ def test_an_excluded_node_costs_the_slots_the_nodes_left_cannot_hold(tmp_path: P
     shared._nodes = [{"name": n, "usable": True} for n in ("a", "b")]
     assert shared.exclude_node("a", free={0}) == set()  # jobs share the node left
     assert shared.exclude_node("b", free={0}) == {0, 1, 2}
+
+
+def test_whole_nodes_get_their_whole_memory_unless_the_site_says(tmp_path: Path) -> None:
+    """--exclusive gives a job every CPU but only the default memory: --mem=0 goes with it, unless
+    the site's extra sbatch arguments give a memory option of their own."""
+    from aiperf_runner.backends.slurm.script import memory_args
+
+    assert memory_args(True, []) == ["--mem=0"]
+    assert memory_args(False, []) == []
+    assert memory_args(True, ["--mem-bind=local", "--tmp=9G"]) == ["--mem=0"]  # not memory sizes
+    for site in ("--mem=64G", "--mem 64G", "--mem-per-cpu=4G", "--mem-per-gpu=80G"):
+        assert memory_args(True, ["--tmp=9G", site]) == [], site
+    assert memory_args(True, ["--mem", "64G"]) == []  # the option and its value as two words
+    slot = Slot(index=0, nodes=("n1",), devices_per_node=1)
+    text = script_for(tmp_path, slot, extra_sbatch_args=["--mem-per-cpu=4G"])
+    assert "#SBATCH --mem-per-cpu=4G" in text and "--mem=0" not in text
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    assert "--mem" not in script_for(shared, slot, exclusive=False)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from aiperf_runner.hostlist import MAX_HOSTS, HostlistError, compress_hostlist, expand_hostlist
+from aiperf_runner.util.hostlist import MAX_HOSTS, HostlistError, compress_hostlist, expand_hostlist
 
 from tests.slurm.cluster import env_for
 
@@ -100,7 +100,7 @@ def test_compress_round_trips(hostlist: str) -> None:
 
 def test_command_line() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = [sys.executable, "-m", "aiperf_runner.hostlist"]
+    run = [sys.executable, "-m", "aiperf_runner.util.hostlist"]
     proc = subprocess.run([*run, "n[08-10],gpu7"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "n08\nn09\nn10\ngpu7\n"
     proc = subprocess.run([*run, "--compress", "n1,n2", "n3"], capture_output=True, text=True, env=env, timeout=60)

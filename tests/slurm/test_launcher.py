@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from aiperf_runner.backends.slurm import SlurmBackend
-from aiperf_runner.privacy import read_hostnames
+from aiperf_runner.rundir.privacy import read_hostnames
 
 from tests.backends.test_conformance import spec_for, wait_done
 from tests.slurm.cluster import read_events, run_to_end, verify_ok
@@ -62,7 +62,7 @@ def test_prologue_and_wrapper_run_for_every_trial(one_node: Path, tmp_path: Path
     launcher = json.loads((run_dir / "run.json").read_text())["system"]["slurm"]["launcher"]
     assert launcher == {"prologue": "local/slurm-prologue.sh", "trial_python": None,
                         "prologue_sha256": hashlib.sha256(PROLOGUE.encode()).hexdigest(),
-                        "wrap": [".../fake-apptainer", "--nv"], "rdzv_iface": "lo"}  # the path masked (privacy.py)
+                        "wrap": [".../fake-apptainer", "--nv"], "rdzv_iface": "lo"}  # the path masked (rundir/privacy.py)
     assert str(tmp_path) not in (run_dir / "run.json").read_text()
     assert (run_dir / "local" / "slurm-prologue.sh").read_text() == PROLOGUE  # kept, never bundled
     verify_ok(run_dir)

@@ -11,7 +11,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from aiperf_runner.privacy import read_hostnames
+from aiperf_runner.rundir.privacy import read_hostnames
 
 from tests.slurm.cluster import RUNNER, env_for, finish, slurm, start_run
 

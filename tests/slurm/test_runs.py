@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from aiperf_runner.privacy import read_hostnames
+from aiperf_runner.rundir.privacy import read_hostnames
 
 from tests.slurm.cluster import (
     JOBCOMP_LOG,
@@ -63,7 +63,7 @@ def test_smoke_run_with_slurm(one_node: Path, tmp_path: Path) -> None:
     assert "process(es) on cpu" in (run_dir / "trials" / "t0000" / "stdout.log").read_text()
     started = [e for e in events if e["type"] == "trial_started"]
     node = slurm(one_node, "sinfo", "-h", "-N", "-o", "%N").split()[0]
-    pseudonym = read_hostnames(run_dir)[node]  # the log names the node by its pseudonym (privacy.py)
+    pseudonym = read_hostnames(run_dir)[node]  # the log names the node by its pseudonym (rundir/privacy.py)
     assert started and all(e["nodes"] == [pseudonym] for e in started)
     verify_ok(run_dir)
 

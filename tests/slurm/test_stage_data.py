@@ -18,7 +18,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from aiperf_runner import stagedata
+from aiperf_runner.data import staging as stagedata
 
 from tests.helpers import REPO
 from tests.slurm.cluster import RUNNER, env_for, finish, queue, read_events, run_tag, slurm, start_run, wait_until
@@ -36,7 +36,12 @@ def _image_folder(root: Path) -> Path:
 
 
 def _attempt_nodes(events: list[dict]) -> dict[tuple[str, int], list[str]]:
-    return {(e["trial"], e["attempt"]): e["nodes"] for e in events if e["type"] == "trial_started"}
+    """Where each attempt ran: its trial_started's nodes (nominal while the job had not started),
+    or those its trial_finished / trial_failed names where the job ran elsewhere."""
+    nodes = {(e["trial"], e["attempt"]): e["nodes"] for e in events if e["type"] == "trial_started"}
+    nodes.update({(e["trial"], e["attempt"]): e["nodes"] for e in events
+                  if e["type"] in ("trial_finished", "trial_failed") and "nodes" in e})
+    return nodes
 
 
 def test_each_node_stages_a_checked_copy_and_a_corrupted_one_is_refused(two_node: Path, tmp_path: Path) -> None:

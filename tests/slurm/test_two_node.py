@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from aiperf_runner.backends.slurm import SlurmBackend
-from aiperf_runner.privacy import read_hostnames
+from aiperf_runner.rundir.privacy import read_hostnames
 
 from tests.backends.test_conformance import spec_for, wait_done, wait_for
 from tests.slurm.cluster import finish, queue, read_events, run_tag, slurm, start_run, verify_ok, wait_until
@@ -52,7 +52,7 @@ def test_node_failure_fails_the_attempt(two_node: Path, tmp_path: Path) -> None:
 
 
 def pseudonyms(run_dir: Path, *nodes: str) -> set[str]:
-    """The names the log gives the nodes (privacy.py; the raw names stay in local/hostnames.json)."""
+    """The names the log gives the nodes (rundir/privacy.py; the raw names stay in local/hostnames.json)."""
     names = read_hostnames(run_dir)
     return {names.get(n, f"{n}?") for n in nodes}
 
@@ -66,7 +66,13 @@ def test_run_with_two_slots_trains_on_both_nodes_and_ctrl_c_empties_the_queue(tw
             nodes = {n for e in read_events(run_dir) if e["type"] == "trial_started" for n in e["nodes"]}
             return nodes if nodes == pseudonyms(run_dir, "n1", "n2") else set()
 
+        def banners() -> str:
+            return " ".join(p.read_text() for p in run_dir.glob("trials/*/stdout.log"))
+
         wait_until(nodes_started, 90, "trials on n1 and n2", proc)
+        # A launch does not wait for its job to start (start_wait_s=0): wait here until both have.
+        wait_until(lambda: "SLURMD_NODENAME=n1" in banners() and "SLURMD_NODENAME=n2" in banners(), 90,
+                   "jobs running on n1 and n2", proc)
         wait_until(lambda: queue(two_node), 30, "jobs in the queue", proc)
         proc.send_signal(signal.SIGINT)  # Ctrl-C: the run stops, every job of it is cancelled
         finish(proc, 60)
@@ -76,8 +82,7 @@ def test_run_with_two_slots_trains_on_both_nodes_and_ctrl_c_empties_the_queue(tw
     events = read_events(run_dir)
     assert events[-1]["type"] == "run_finished" and events[-1]["reason"] == "stopped"
     assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
-    banners = " ".join(p.read_text() for p in run_dir.glob("trials/*/stdout.log"))
-    assert "SLURMD_NODENAME=n1" in banners and "SLURMD_NODENAME=n2" in banners
+    assert "SLURMD_NODENAME=n1" in banners() and "SLURMD_NODENAME=n2" in banners()
     verify_ok(run_dir)
 
 

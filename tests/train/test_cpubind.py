@@ -1,4 +1,4 @@
-"""CPU binding (train/cpubind.py): cpulists, the split of cores between local ranks, NUMA placement
+"""CPU binding (util/cpubind.py): cpulists, the split of cores between local ranks, NUMA placement
 read from a sysfs tree laid out as the kernel's, data-loader workers, and a 2-rank DDP trial bound.
 
 The NUMA cases use a fake /sys (tmp_path) because this machine has one node and no GPU; the
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from aiperf_runner.spec.eventlog import read_events
-from aiperf_runner.train import cpubind
-from aiperf_runner.train.cpubind import (
+from aiperf_runner.util import cpubind
+from aiperf_runner.util.cpubind import (
     allowed_cpus,
     core_groups,
     format_cpulist,

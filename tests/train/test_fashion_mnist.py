@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from aiperf_runner import idxdata
-from aiperf_runner.presets import PresetError, get_preset
+from aiperf_runner.data import idx as idxdata
+from aiperf_runner.data.presets import PresetError, get_preset
 from aiperf_runner.train.data import CropFlip, DataError, DataSpec, build_data
 
 from tests.helpers import need_service

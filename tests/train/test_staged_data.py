@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from aiperf_runner import stagedata
+from aiperf_runner.data import staging as stagedata
 from aiperf_runner.spec.eventlog import iter_events
 from aiperf_runner.train.config import TrialConfig
 from aiperf_runner.train.data import build_data

@@ -11,6 +11,7 @@ import pytest
 import torch
 from aiperf_runner.spec import schema
 from aiperf_runner.spec.eventlog import EventWriter, read_events
+from aiperf_runner.spec.records import EpochEnd
 from aiperf_runner.train import distenv as distenv_mod
 from aiperf_runner.train import trial as trial_mod
 from aiperf_runner.train.trial import CHECKPOINT, CosineSchedule, DistEnv, TrialError, detect_dist_env, run_trial
@@ -131,8 +132,9 @@ def test_failure_during_training(tmp_path: Path) -> None:
 def test_logged_epochs_without_checkpoint_are_refused(tmp_path: Path) -> None:
     d = write_trial_dir(tmp_path / "t0006")
     with EventWriter(d / "events.jsonl") as w:
-        w.append("epoch_end", trial="t0006", attempt=1, epoch=1, images_trained=1, images_evaluated=1,
-                 val_accuracy=0.1, val_loss=2.0, started_at=1.0, ended_at=2.0, seconds=1.0)
+        w.append("epoch_end", **EpochEnd(trial="t0006", attempt=1, epoch=1, images_trained=1, images_evaluated=1,
+                                         val_accuracy=0.1, val_loss=2.0, started_at=1.0, ended_at=2.0,
+                                         seconds=1.0).as_event())
     assert run_trial(d, 2, DistEnv()) == 1
     last = read_events(d / "events.jsonl")[-1]
     assert last["type"] == "trial_error" and "twice" in last["error"]

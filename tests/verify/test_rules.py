@@ -1,4 +1,4 @@
-"""Each rule check of DESIGN section 5, passing on a good run and failing on a run made to break it."""
+"""Each rule check of docs/design.md section 5, passing on a good run and failing on a run made to break it."""
 
 from __future__ import annotations
 

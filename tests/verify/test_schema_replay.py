@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiperf_runner.runstate import RunState
+from aiperf_runner.run.state import RunState
 from aiperf_runner.spec import replay, schema
 from aiperf_runner.spec.eventlog import iter_events
 
@@ -130,7 +130,7 @@ def test_replay_counts_repeats_once_and_reports_anomalies() -> None:
 
 def test_the_runner_the_score_and_verify_read_the_same_replay(tmp_path: Path) -> None:
     """RunState (the controller's view) and verify()'s figures come from one fold of the same log."""
-    from aiperf_runner.runstate import load_scored
+    from aiperf_runner.run.state import load_scored
     from aiperf_runner.spec.verify import verify
 
     run = make_run(tmp_path / "run", slots=3, trials=10, epochs=4, retry_trials={2, 5})

@@ -1,7 +1,8 @@
 """The one interface every backend implements: run a trial command on a slot, poll it, cancel it.
 
 Backends are found through the entry-point group `aiperf_runner.backends`, so a site can add its
-own (PBS, LSF, Kubernetes) in a separate package without forking the runner.
+own (PBS, LSF, Kubernetes) in a separate package without forking the runner; such a backend
+declares the options it takes beyond the shared ones in a `BackendOptions` subclass (options.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from aiperf_runner.backends.options import BackendOptionError, BackendOptions, positive_int_option
+
+__all__ = ["ENTRY_POINT_GROUP", "Backend", "BackendOptionError", "BackendOptions", "LaunchSpec", "Slot",
+           "TrialHandle", "available_backends", "load_backend", "positive_int_option"]
 ENTRY_POINT_GROUP = "aiperf_runner.backends"
 
 
@@ -68,43 +73,33 @@ class TrialHandle(abc.ABC):
         """A short reason for a non-zero exit (e.g. 'cancelled by scancel', 'node failure')."""
         return ""
 
+    def lost_node(self) -> str | None:
+        """After the attempt ended without its result: a node it ran on that has failed since (the
+        node's fault, not the trial's), else None. The controller stops using that node and retries
+        the trial elsewhere. Backends that cannot tell say None."""
+        return None
+
     @property
     def nodes(self) -> list[str]:
         return list(self.slot.nodes)
 
 
-def positive_int_option(options: dict[str, Any], name: str) -> int | None:
-    """A backend option that is a whole number of at least 1 (it may come from the command line as
-    a string); None when it is not given. ValueError naming the option otherwise."""
-    value = options.get(name)
-    if value is None or value == "":
-        return None
-    bad = ValueError(f"backend option {name} must be a whole number, not {value!r}")
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise bad
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise bad from None
-    if number < 1:
-        raise ValueError(f"backend option {name} must be at least 1, not {number}")
-    return number
-
-
 class Backend(abc.ABC):
-    """Where trials run. Subclasses take their options as keyword arguments.
+    """Where trials run. A backend is built with its options as keyword arguments, read here, once,
+    into its `options_class` (options.py): a subclass with options of its own declares them there.
 
-    The options every backend shares are read here: `slots` (`requested_slots`, None when not given:
-    the backend's own default) and `devices_per_slot` (default 1), both at least 1.
+    The options every backend shares: `slots` (`requested_slots`, None when not given: the
+    backend's own default) and `devices_per_slot` (default 1), both at least 1.
     """
 
     name: str = "abstract"
+    options_class: ClassVar[type[BackendOptions]] = BackendOptions
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         self.run_dir = Path(run_dir)
-        self.options = options
-        self.requested_slots = positive_int_option(options, "slots")
-        self.devices_per_slot = positive_int_option(options, "devices_per_slot") or 1
+        self.options = self.options_class.parse(options, self.name)
+        self.requested_slots = self.options.slots
+        self.devices_per_slot = self.options.devices_per_slot or 1
 
     @abc.abstractmethod
     def slots(self) -> list[Slot]:
@@ -116,11 +111,12 @@ class Backend(abc.ABC):
 
     def known_hosts(self) -> list[str]:
         """Host names the run's trials may run on (their pseudonyms are made at the start, so that
-        a trial process can mask its own error texts; see privacy.py)."""
+        a trial process can mask its own error texts; see rundir/privacy.py)."""
         return sorted({n for slot in self.slots() for n in slot.nodes})
 
     def system_facts(self) -> dict[str, Any]:
-        """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`."""
+        """Facts this backend knows (nodes, CPUs, GRES...), merged into run.json's `system`. They may
+        name hosts and paths as they are: the run masks them before publishing (run/startup.py)."""
         return {}
 
     def prepare(self, trial_argv: tuple[str, ...]) -> None:
@@ -150,7 +146,7 @@ class Backend(abc.ABC):
         return None
 
     def exclude_node(self, node: str, free: Collection[int]) -> set[int] | None:
-        """Place no further attempt on `node` (a trial there refused its staged data: stagedata.py).
+        """Place no further attempt on `node` (a trial there refused its staged data: data/staging.py).
 
         Returns the indices of the slots lost with it: those on the node, or, where the scheduler
         places jobs, as many as the nodes left cannot hold, chosen among `free` (the slots with no

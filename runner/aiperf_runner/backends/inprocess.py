@@ -21,10 +21,12 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
+from aiperf_runner.backends.options import BackendOptionError, BackendOptions, option
 
 Target = Callable[[LaunchSpec, Slot, threading.Event], int]
 CANCELLED = -int(signal.SIGTERM)
@@ -102,16 +104,32 @@ class InProcessHandle(TrialHandle):
         return "" if not self._returncode else f"exit status {self._returncode}"
 
 
+def _callable(name: str, value: Any) -> Target:
+    if not callable(value):
+        raise BackendOptionError(f"backend option {name} must be a callable, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class InProcessOptions(BackendOptions):
+    """`slots` (default 1), `devices_per_slot` (default 1), `target` (a callable; default: run the
+    argv's module)."""
+
+    target: Target | None = option(None, parse=_callable)
+
+
 class InProcessBackend(Backend):
-    """Options: `slots` (default 1), `devices_per_slot` (default 1), `target` (a callable)."""
+    """Attempts as threads of this process; options: `InProcessOptions`."""
 
     name = "inprocess"
+    options_class = InProcessOptions
+    options: InProcessOptions
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
         self._slots = [Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot, device_type="cpu")
                        for i in range(self.requested_slots or 1)]
-        self._target: Target = options.get("target") or module_target
+        self._target: Target = self.options.target or module_target
         self._handles: list[InProcessHandle] = []
 
     def slots(self) -> list[Slot]:

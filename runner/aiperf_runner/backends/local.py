@@ -6,7 +6,7 @@ with CUDA, `devices_per_slot` GPUs per slot through CUDA_VISIBLE_DEVICES; on CPU
 `devices_per_slot` processes and each process gets `cores // (slots * devices_per_slot)` threads
 (OMP_NUM_THREADS), so the slots do not fight over the cores, and with several slots its own share
 of the cores ($AIPERF_CPU_SET, whole physical cores), within which the trial pins its ranks
-(train/cpubind.py; not with `--no-cpu-bind`).
+(util/cpubind.py; not with `--no-cpu-bind`).
 
 The process id of every running attempt is written to `trials/<id>/pid` (removed when the attempt
 ends), so that a controller resuming after a crash can kill what its predecessor left running
@@ -29,14 +29,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
 from aiperf_runner.backends.filewatch import FileWatch
+from aiperf_runner.backends.options import BackendOptions, option
 from aiperf_runner.backends.zygote import Zygote, ZygoteChild, ZygoteError
 from aiperf_runner.spec.runio import EVENTS
-from aiperf_runner.train.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
+from aiperf_runner.util.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
 
 PID_FILE = "pid"
 CANCEL_GRACE_S = 2.0
@@ -176,21 +178,28 @@ class LocalHandle(TrialHandle):
         return describe_returncode(self._returncode)
 
 
-class LocalBackend(Backend):
-    """Slots as subprocesses on this machine.
+@dataclass(frozen=True)
+class LocalOptions(BackendOptions):
+    """`slots` (default 1), `devices_per_slot` (default 1 with CUDA, on CPU the cores shared out
+    between the slots), `device_type` (default: cuda when a GPU is visible), `threads_per_process`
+    (default: the cores shared out evenly), `warm_start` (CPU attempts forked by a zygote)."""
 
-    Options: `slots` (int, default 1), `devices_per_slot` (int; default 1 with CUDA, on CPU the
-    cores shared out between the slots), `device_type`
-    ("cpu"/"cuda", default: cuda when a GPU is visible), `threads_per_process` (default: the
-    cores shared out evenly), `warm_start` (default true: CPU attempts forked by a zygote).
-    """
+    device_type: str | None = option(None, choices=("cpu", "cuda"))
+    threads_per_process: int | None = option(None, minimum=1)
+    warm_start: bool = True
+
+
+class LocalBackend(Backend):
+    """Slots as subprocesses on this machine; options: `LocalOptions`."""
 
     name = "local"
+    options_class = LocalOptions
+    options: LocalOptions
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
         self.n_slots = self.requested_slots or 1
-        device_type = options.get("device_type")
+        device_type = self.options.device_type
         gpus = cuda_device_count() if device_type in (None, "cuda") else 0
         if device_type is None:
             device_type = "cuda" if gpus else "cpu"
@@ -201,13 +210,13 @@ class LocalBackend(Backend):
                 raise ValueError(f"{self.n_slots} slots x {self.devices_per_slot} devices need {need} GPUs; "
                                  f"{gpus} visible")
         self.cores = cpu_count()
-        if device_type == "cpu" and positive_int_option(options, "devices_per_slot") is None:
+        if device_type == "cpu" and self.options.devices_per_slot is None:
             # One slot uses the whole machine it is given: a process per core, one thread each. One
             # process of two intra-op threads trained the smoke seed at 53 images/s, against 2,200-3,300
             # with one thread, whenever anything else needed a core (each operator waits at a barrier
             # for its slowest thread).
             self.devices_per_slot = max(1, self.cores // self.n_slots)
-        self.threads = (positive_int_option(options, "threads_per_process")
+        self.threads = (self.options.threads_per_process
                         or max(1, self.cores // (self.n_slots * self.devices_per_slot)))
         self._slots = [
             Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot,
@@ -217,7 +226,7 @@ class LocalBackend(Backend):
             for i in range(self.n_slots)
         ]
         self._handles: list[LocalHandle] = []
-        self.warm_start = device_type == "cpu" and _flag(options.get("warm_start", True))
+        self.warm_start = device_type == "cpu" and self.options.warm_start
         self._zygote: Zygote | None = None
         self.zygote_note = ""  # why attempts start cold, when warm starts were asked for
         # Every trial writes on this machine: inotify sees each line; waitpid says when one ended,
@@ -335,9 +344,3 @@ class LocalBackend(Backend):
             self._zygote.close()
             self._zygote = None
 
-
-def _flag(value: Any) -> bool:
-    """A boolean backend option, also as the command line gives it (`--backend-opt warm_start=0`)."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("0", "false", "no", "off", "")
-    return bool(value)

@@ -43,16 +43,18 @@ import math
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
 from aiperf_runner.backends.inprocess import CANCELLED, InProcessHandle, module_target
-from aiperf_runner.runconfig import TRIAL_MODULE
+from aiperf_runner.backends.options import BackendOptionError, BackendOptions
+from aiperf_runner.rundir.config import TRIAL_MODULE
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.records import EpochEnd
 
 SIM_ERROR = "simulated failure"
 _UNPLANNED = random.Random(0)
@@ -71,25 +73,23 @@ class SimModel:
     seed: int = 0
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> SimModel:
-        kwargs: dict[str, Any] = {}
-        for name, kind in (("flops_per_s", float), ("noise", float), ("slot_spread", float),
-                           ("straggler_rate", float), ("straggler_factor", float), ("failure_rate", float),
-                           ("seed", int)):
-            if options.get(name) not in (None, ""):
-                try:
-                    kwargs[name] = kind(options[name])
-                except (TypeError, ValueError):
-                    raise ValueError(f"backend option {name} must be a number, not {options[name]!r}") from None
-        model = cls(**kwargs)
+    def from_options(cls, options: SimModel) -> SimModel:
+        """The model the options describe; BackendOptionError when it makes no sense."""
+        model = cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
         if model.flops_per_s <= 0 or model.noise < 0 or not 0 <= model.slot_spread < 1 or model.straggler_factor < 1:
-            raise ValueError(f"sim backend: bad model {model}")
+            raise BackendOptionError(f"sim backend: bad model {model}")
         if not (0 <= model.straggler_rate <= 1 and 0 <= model.failure_rate <= 1):
-            raise ValueError("sim backend: straggler_rate and failure_rate are shares between 0 and 1")
+            raise BackendOptionError("sim backend: straggler_rate and failure_rate are shares between 0 and 1")
         return model
 
     def slot_speed(self, slot: int) -> float:
         return 1.0 + self.slot_spread * (2.0 * random.Random(f"{self.seed}/slot/{slot}").random() - 1.0)
+
+
+@dataclass(frozen=True)
+class SimOptions(BackendOptions, SimModel):
+    """`slots` (default 1), `devices_per_slot` (default 1), and the model's fields (`SimModel`, the
+    module's docstring): declared once, there."""
 
 
 def accuracy(arch_hash: str, train_flops: float, epoch: int, budget: int) -> float:
@@ -147,13 +147,15 @@ def _attempt_arg(argv: tuple[str, ...]) -> int:
 
 
 class SimBackend(Backend):
-    """Options: `slots` (default 1), `devices_per_slot` (default 1), and the model's (module docstring)."""
+    """Simulated attempts on one scheduler thread; options: `SimOptions`."""
 
     name = "sim"
+    options_class = SimOptions
+    options: SimOptions
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
-        self.model = SimModel.from_options(options)
+        self.model = SimModel.from_options(self.options)
         self._slots = [Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot, device_type="cpu")
                        for i in range(self.requested_slots or 1)]
         self._heap: list[_Due] = []
@@ -321,11 +323,11 @@ class SimBackend(Backend):
             self._close(attempt, 1)
             return
         acc = accuracy(attempt.arch_hash, attempt.train_flops, epoch, attempt.budget)
-        writer.append("epoch_end", trial=trial, attempt=number, epoch=epoch,
-                      images_trained=int(attempt.dataset["train_images"]),
-                      images_evaluated=int(attempt.dataset["val_images"]), val_accuracy=acc,
-                      val_loss=-math.log(max(acc, 1e-6)), started_at=attempt.started, ended_at=at,
-                      seconds=at - attempt.started)
+        writer.append("epoch_end", **EpochEnd(trial=trial, attempt=number, epoch=epoch,
+                                              images_trained=int(attempt.dataset["train_images"]),
+                                              images_evaluated=int(attempt.dataset["val_images"]), val_accuracy=acc,
+                                              val_loss=-math.log(max(acc, 1e-6)), started_at=attempt.started,
+                                              ended_at=at, seconds=at - attempt.started).as_event())
         attempt.epoch, attempt.started, attempt.best = epoch, at, max(attempt.best, acc)
         if epoch >= attempt.budget:
             self._result(attempt)

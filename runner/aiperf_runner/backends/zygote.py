@@ -39,12 +39,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from aiperf_runner.spec.errors import AiperfError
+
 PRELOAD = ("aiperf_runner.train.trial",)
 READY_TIMEOUT_S = 120.0
 ZYGOTE_LOST_RC = 255  # an attempt whose exit status died with the zygote
 
 
-class ZygoteError(RuntimeError):
+class ZygoteError(AiperfError, RuntimeError):
     """The zygote could not start, or could not fork an attempt."""
 
 

@@ -149,7 +149,7 @@ class ArchitectureSearch:
         self.proposals = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        """Everything but the locks: a search pickles, to run in a process of its own (proposals.py)."""
+        """Everything but the locks: a search pickles, to run in a process of its own (search/buffer.py)."""
         state = self.__dict__.copy()
         del state["_inbox_lock"], state["_search_lock"]
         return state

@@ -40,20 +40,15 @@ from typing import Any
 
 from aiperf_runner.search.protocols import HparamOptimiser
 from aiperf_runner.search.tpewindow import BEST, REBUILD_EVERY, RECENT, TpeProposer
-from aiperf_runner.spec.presets import KERNEL_SIZE
-from aiperf_runner.spec.presets import PRESETS as SPEC_PRESETS
+from aiperf_runner.spec.presetfacts import KERNEL_SIZE, HparamSpace
+from aiperf_runner.spec.presetfacts import PRESETS as SPEC_PRESETS
 
 SOURCES = ("seed", "inherited", "tpe")
 
 
 @dataclass(frozen=True)
-class Space:
-    batch_sizes: tuple[int, ...]
-    lr: tuple[float, float]
-    weight_decay: tuple[float, float]
-    label_smoothing: tuple[float, float]
-    dropout: tuple[float, float]
-    defaults: Mapping[str, Any]
+class Space(HparamSpace):
+    """A preset's bounds as the search asks within them (the runner may search less than the spec allows)."""
 
     def distributions(self) -> dict[str, Any]:
         from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -66,15 +61,10 @@ class Space:
         }
 
     def contains(self, hp: Mapping[str, Any]) -> bool:
-        def inside(value: Any, bounds: tuple[float, float]) -> bool:
-            return bounds[0] <= float(value) <= bounds[1]
-        return (hp.get("batch_size") in self.batch_sizes and inside(hp.get("lr", -1), self.lr)
-                and inside(hp.get("weight_decay", -1), self.weight_decay)
-                and inside(hp.get("label_smoothing", -1), self.label_smoothing)
-                and inside(hp.get("dropout", -1), self.dropout))
+        return not self.problems(hp)
 
 
-# The bounds are the spec's (spec/presets.py): integrity.bound checks every trial's point against them.
+# The bounds are the spec's (spec/presetfacts.py): integrity.bound checks every trial's point against them.
 # The runner may search less than the spec allows, never more. smoke keeps its batch size at the seed's
 # 32: its tiny model is overhead-bound on a CPU, so a batch of 128 trains 30 % more images per second
 # than one of 32 (bench/harness_overhead.py --batch-size, 2,540 against 1,980 img/s), and with TPE

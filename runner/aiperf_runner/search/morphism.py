@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.graph import Graph, GraphError, Layer
 
 OPS = ("deeper", "wider", "skip")
@@ -41,7 +42,7 @@ _CHANNEL_PRESERVING = frozenset({"batchnorm2d", "relu", "maxpool2d", "avgpool2d"
                                  "global_avgpool2d", "flatten", "softmax", "add"})
 
 
-class MorphismError(ValueError):
+class MorphismError(AiperfError, ValueError):
     """The requested morphism does not apply to this graph (wrong target, no candidates)."""
 
 

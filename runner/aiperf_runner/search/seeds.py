@@ -1,7 +1,7 @@
 """Seed architectures the search starts from, built in code (no file needed at run time).
 
 - `resnet50()`: the official AIPerf seed. Layer for layer (types, parameters, list order and node
-  numbering) the graph of `../shared/reference/resnet50.json`, so its `Graph.hash()` equals that of
+  numbering) the graph of `tests/data/reference_resnet50.json`, so its `Graph.hash()` equals that of
   the reference file read with `load_graph` and its v1-compat FLOPs are the published test vector.
 - `small_resnet()`: a small ResNet for the `smoke`, `fashion-mnist` and `cifar` presets (conv-BN-ReLU
   stem, basic residual blocks in three stages, global average pooling, dense).
@@ -125,7 +125,7 @@ def within_bounds(graph: Graph, max_train_flops: int | None = None, max_layers: 
 
 
 def max_train_flops(preset: Any, seed_graph: Graph) -> int | None:
-    """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (presets.py)
+    """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (data/presets.py)
     times the seed's; None when the preset sets none."""
     from aiperf_runner.spec.flops import flops_per_image
 

@@ -3,7 +3,7 @@
 - `run_started` (the log's first line) and `run.json` state the same rules, preset, precision,
   slots, devices per slot and data set (a run.json edited after the run, e.g. to other FLOP rules,
   disagrees with the log it was signed with);
-- run.json's data set is the preset's (spec/presets.py: ImageNet-1k has 1,281,167 training and
+- run.json's data set is the preset's (spec/presetfacts.py: ImageNet-1k has 1,281,167 training and
   50,000 validation images in 1,000 classes at 224x224);
 - every trial's graph takes the preset's input (channels x size x size) and has the data set's
   classes; its hyper-parameters (`hparams.json`) are the ones its `trial_proposed` logged, inside
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import presets
-from .audit import Findings
+from . import presetfacts as presets
+from .logaudit import Findings
 from .replay import Replay
 from .runio import RunDir, RunIOError, canonical_digest
 

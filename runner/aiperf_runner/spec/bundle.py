@@ -1,9 +1,12 @@
 """Manifest, signature, tar packing and safe unpacking of a run directory.
 
-- `MANIFEST.json` lists the SHA-256 of every file of the run directory (except the two manifest
+- A bundle holds only the files the runner writes for it (`BUNDLED`, an allow-list): anything else
+  in the run directory (a note, a job script's output) is left out, as are the runner's own files
+  that are never published (`NOT_BUNDLED`, `local/`).
+- `MANIFEST.json` lists the SHA-256 of every file the bundle holds (except the two manifest
   files), with the run id, versions and the signer's public key; `MANIFEST.sig` is the base64
   Ed25519 signature of the exact bytes of `MANIFEST.json`.
-- A bundle is a tar.gz of the run directory's files at top level, `MANIFEST.json` first.
+- A bundle is a tar.gz of those files at top level, `MANIFEST.json` first.
 - `safe_extract` unpacks an untrusted bundle; `check_manifest` says what, if anything, differs
   from what was signed. Files are hashed in chunks: nothing here holds a whole file in memory.
 """
@@ -29,6 +32,7 @@ from typing import IO, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from aiperf_runner.spec import SPEC_VERSION, keys
+from aiperf_runner.spec.errors import AiperfError
 
 MANIFEST_FORMAT = "aiperf-manifest/1"
 MANIFEST_NAME = "MANIFEST.json"
@@ -49,9 +53,37 @@ NOT_BUNDLED = (
     ("stderr.log", "raw output (may name hosts and paths): the bundle holds its masked copy"),
     ("slurm-*", "SLURM job files (job ids, node names, account): the controller's bookkeeping"),
     ("controller.lock", "the running controller's lock"),
+    ("pid", "a running trial's process record (the local backend's bookkeeping)"),
 )
 """Files a run directory keeps but a bundle never holds, by name pattern (fnmatch), with the reason;
-and everything under `local/`."""
+and everything under `local/`. The verifier skips them too, wherever they are."""
+
+PUBLIC_LOG_BYTES = 16 << 10
+"""How much of each raw trial log a bundle holds, as its masked copy (`*.public.log`, made by
+`rundir/publish.py`): keeps a 12-hour 512-slot bundle under the upload limit (log-format.md)."""
+_PUBLIC_LOG = (f"the last {PUBLIC_LOG_BYTES >> 10} KiB of the trial's output, hosts and paths masked "
+               "(for reading failures; not used by verify)")
+BUNDLED = (
+    (MANIFEST_NAME, "the SHA-256 of every other file listed here (written by pack)"),
+    (SIGNATURE_NAME, f"the site key's signature of {MANIFEST_NAME} (written by pack)"),
+    ("run.json", "what was run, on what, with which settings (verify reads it)"),
+    ("events.jsonl", "the signed, hash-chained event log: the score is recomputed from it"),
+    ("trials/*/events.jsonl", "the trial's own hash-chained log (its epochs and result)"),
+    ("trials/*/graph.json", "the trial's architecture: FLOPs per image are computed from it"),
+    ("trials/*/hparams.json", "the trial's hyper-parameters (checked against the log; the audit re-evaluates)"),
+    ("trials/*/trial.json", "the trial's settings (the audit re-evaluates the trial with them)"),
+    ("trials/*/stdout.public.log", _PUBLIC_LOG),
+    ("trials/*/stderr.public.log", _PUBLIC_LOG),
+)
+"""The allow-list: every file the runner writes into a run directory for its bundle, by path pattern
+relative to the run directory (fnmatch per path component: `*` never crosses a `/`), with why the
+bundle holds it. Packing leaves out every other file (`NOT_WRITTEN`): a new file the runner writes
+for publication is added here, once; one it keeps to itself goes in `NOT_BUNDLED`."""
+NOT_WRITTEN = "not written by the runner (a bundle holds only the runner's own files)"
+LEFT_OUT_NAME = "left-out.json"
+"""In `local/` (site-private: the names may name the site): the files signing left out as `NOT_WRITTEN`.
+Checking the run directory against its manifest skips them as it skips `NOT_BUNDLED` ones: they were
+there when it was signed and are no part of the signed run. A file added after signing is still reported."""
 
 CHUNK = 1 << 20
 MAX_TOTAL_BYTES = 8 << 30
@@ -59,7 +91,7 @@ MAX_FILE_BYTES = 4 << 30
 MAX_MEMBERS = 200_000
 
 
-class BundleError(ValueError):
+class BundleError(AiperfError, ValueError):
     """A run directory or bundle that cannot be signed, packed or unpacked; the message says why."""
 
 
@@ -94,15 +126,43 @@ def not_bundled(rel: str) -> str | None:
     return None
 
 
+def _path_matches(rel: str, pattern: str) -> bool:
+    parts, wanted = rel.split("/"), pattern.split("/")
+    return len(parts) == len(wanted) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True))
+
+
+def why_bundled(rel: str) -> str | None:
+    """Why a bundle holds the run directory's file `rel` (its `BUNDLED` entry), or None: not the runner's."""
+    for pattern, why in BUNDLED:
+        if _path_matches(rel, pattern):
+            return why
+    return None
+
+
+def left_out(rel: str) -> str | None:
+    """Why packing leaves the run directory's file `rel` out of the bundle, or None when the bundle holds it:
+    a runner file never bundled (`not_bundled`), else any file the allow-list does not name (`NOT_WRITTEN`)."""
+    reason = not_bundled(rel)
+    if reason is None and why_bundled(rel) is None:
+        return NOT_WRITTEN
+    return reason
+
+
 def run_files(run_dir: str | Path) -> list[str]:
-    """The sorted POSIX relative paths of the files a manifest covers (all but MANIFEST.*).
+    """The sorted POSIX relative paths of the files a manifest covers: those the allow-list
+    (`BUNDLED`) names, but MANIFEST.*.
 
     A symlink or special file in the run directory is an error: a bundle cannot carry it.
     """
-    root = Path(run_dir)
+    return _sorted_files(Path(run_dir))[0]
+
+
+def _sorted_files(root: Path) -> tuple[list[str], list[str]]:
+    """The files a manifest covers and those left out as `NOT_WRITTEN`, each sorted."""
     if not root.is_dir():
         raise BundleError(f"{root} is not a directory")
-    files = []
+    files: list[str] = []
+    foreign: list[str] = []
     for rel, entry in _walk(root):
         if entry.is_symlink():
             raise BundleError(f"{rel} is a symlink; a run directory holds regular files only")
@@ -110,9 +170,31 @@ def run_files(run_dir: str | Path) -> list[str]:
             continue
         if not entry.is_file(follow_symlinks=False):
             raise BundleError(f"{rel} is not a regular file")
-        if rel not in MANIFEST_FILES and not_bundled(rel) is None:
+        reason = left_out(rel)
+        if reason is None and rel not in MANIFEST_FILES:
             files.append(rel)
-    return sorted(files)
+        elif reason == NOT_WRITTEN:
+            foreign.append(rel)
+    return sorted(files), sorted(foreign)
+
+
+def _record_left_out(root: Path, foreign: list[str]) -> None:
+    """Write (or, with nothing left out, remove) `local/left-out.json`: see LEFT_OUT_NAME."""
+    path = root / LOCAL_DIR / LEFT_OUT_NAME
+    if not foreign:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    _atomic_write(path, (json.dumps({"why": NOT_WRITTEN, "files": foreign}, indent=1) + "\n").encode())
+
+
+def _left_out_when_signed(root: Path) -> set[str]:
+    """The files `local/left-out.json` says the last signing left out; none when it is absent or unreadable."""
+    try:
+        files = json.loads((root / LOCAL_DIR / LEFT_OUT_NAME).read_bytes()).get("files")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return set()
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
 
 # ---- manifest ----------------------------------------------------------------------------------
@@ -144,15 +226,18 @@ def _manifest_bytes(run: dict[str, Any], digests: dict[str, str], public: keys.P
 
 
 def write_manifest(run_dir: str | Path, private_key: Ed25519PrivateKey) -> tuple[bytes, bytes]:
-    """Hash the run directory, write MANIFEST.json and MANIFEST.sig into it.
+    """Hash the files of the run directory the bundle holds (`run_files`), write MANIFEST.json and
+    MANIFEST.sig into it.
 
     Returns (the manifest bytes, the raw 64-byte signature); MANIFEST.sig holds its base64.
-    Signing again replaces both files.
+    Signing again replaces both files, and `local/left-out.json` (the files left out as not the runner's).
     """
     root = Path(run_dir)
     run = _run_json(root)
-    digests = {rel: sha256_file(root / rel) for rel in run_files(root)}
+    files, foreign = _sorted_files(root)
+    digests = {rel: sha256_file(root / rel) for rel in files}
     body = _manifest_bytes(run, digests, private_key)
+    _record_left_out(root, foreign)
     signature = keys.sign(private_key, body)
     _atomic_write(root / MANIFEST_NAME, body)
     _atomic_write(root / SIGNATURE_NAME, base64.b64encode(signature) + b"\n")
@@ -210,8 +295,9 @@ def check_manifest(directory: str | Path, pubkey: keys.PublicKeyLike | str | Pat
     """What differs between a (signed) run directory and its manifest: [] means intact.
 
     Each finding is a sentence naming the problem: a missing, invalid or foreign-key signature,
-    a listed file missing or changed, a file added after signing. `pubkey`, when given, is the key
-    the result must be signed with (anything `keys.load_public_key` accepts).
+    a listed file missing or changed, a file added after signing (not one that signing left out:
+    `LEFT_OUT_NAME`). `pubkey`, when given, is the key the result must be signed with (anything
+    `keys.load_public_key` accepts).
     A directory without a readable manifest gives a single finding.
     """
     root = Path(directory)
@@ -273,11 +359,14 @@ def check_manifest(directory: str | Path, pubkey: keys.PublicKeyLike | str | Pat
             findings.append(f"file {name} changed after signing (SHA-256 differs from {MANIFEST_NAME})")
 
     # Anything else in the directory.
+    foreign = _left_out_when_signed(root)
     for rel_name, entry in _walk(root):
         if rel_name in MANIFEST_FILES or rel_name in listed:
             continue
         if not_bundled(rel_name) is not None and not entry.is_symlink():
             continue  # kept beside the signed run, never in it (weights: their digests are in the log)
+        if rel_name in foreign and left_out(rel_name) == NOT_WRITTEN and entry.is_file(follow_symlinks=False):
+            continue  # not the runner's: there when the run was signed, and left out of its bundle
         if entry.is_symlink():
             findings.append(f"{rel_name} is a symlink, not part of the signed run")
         elif entry.is_file(follow_symlinks=False):

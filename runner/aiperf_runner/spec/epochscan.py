@@ -2,9 +2,10 @@
 
 `scan_chunk(path, start, end, limits)` is what a worker of spec/logchunks.py does with the lines in
 [start, end). Nine lines in ten of a large log are `epoch_end` lines as the writer writes them; such
-a line is read with a typed msgspec decoder (`Plain`: the schema's fields, their types and ranges
-checked in C, nothing else allowed) into columns (`Columns`, numpy), which the verifying process
-folds a chunk at a time (spec/fastfold.py). Any other line — another event type, an extra or
+a line is read with a typed msgspec decoder (`Plain`: the required fields of spec/records.py's
+`EpochEnd`, their types and ranges checked in C, nothing else allowed) into columns (`Columns`,
+numpy), which the verifying process folds a chunk at a time (spec/fastfold.py). `Plain`, `Columns`
+and `Chunk.row_dicts` are made from `EpochEnd`'s fields. Any other line — another event type, an extra or
 optional field, an integer where the writer writes a float, a value the schema or the audit's own
 per-epoch checks (`EpochLimits`) would remark on — is sent as its dict, exactly as `json.loads`
 reads it, and takes the ordinary path. The columns hold every field of a plain line, so the dict
@@ -19,67 +20,92 @@ then reads the chunk again with `eventlog.check_lines`, which names the exact er
 from __future__ import annotations
 
 import hashlib
+from collections import namedtuple
+from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
 
 from .eventlog import RESERVED, parse
-from .schema import _known_trials, is_trial
+from .fields import is_trial, known_trials
+from .records import EpochEnd, specs
 
-_Count = Annotated[int, msgspec.Meta(ge=0)]
-_Positive = Annotated[int, msgspec.Meta(ge=1)]
-# A float where the schema asks for a finite number; an int is let through to be told apart in
-# Python (the writer writes floats, and an int would print and hash differently downstream).
-_Number = int | Annotated[float, msgspec.Meta(ge=-1e308, le=1e308)]
-_Accuracy = int | Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+RESERVED_PLAIN: tuple[tuple[str, Any], ...] = (("type", Literal["epoch_end"]), ("seq", int), ("t", int | float),
+                                               ("prev", str))
+"""The fields every line has (spec/eventlog.py), as the fast path types them."""
 
 
-class Plain(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """An `epoch_end` line with exactly the schema's required fields, well-formed (spec/schema.py)."""
-
-    type: Literal["epoch_end"]
-    seq: int
-    t: int | float
-    prev: str
-    trial: str
-    attempt: _Positive
-    epoch: _Positive
-    images_trained: _Count
-    images_evaluated: _Count
-    val_accuracy: _Accuracy
-    val_loss: None | _Number
-    started_at: _Number
-    ended_at: _Number
-    seconds: _Number
+def plain_struct(record: type = EpochEnd) -> type[msgspec.Struct]:
+    """The fast path's typed decoder: an `epoch_end` line with exactly the reserved fields and the
+    record's required ones, each of the type and range of its `Kind` (spec/records.py), nothing else."""
+    fields = [*RESERVED_PLAIN, *((s.name, s.kind.plain) for s in specs(record) if s.kind is not None)]
+    return msgspec.defstruct("Plain", fields, module=__name__, forbid_unknown_fields=True, gc=False)
 
 
-class Columns(NamedTuple):
-    """A chunk's plain epochs as columns (numpy arrays, one entry per plain line, in line order)."""
-
-    offset: Any  # int32: the line's index in the chunk
-    trial: Any  # int32: index into the chunk's `trials`
-    attempt: Any  # int64, and the following
-    epoch: Any
-    images_trained: Any
-    images_evaluated: Any
-    t: Any  # float64, and the following
-    val_accuracy: Any
-    val_loss: Any
-    started_at: Any
-    ended_at: Any
-    seconds: Any
+def column_fields(record: type = EpochEnd) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(int fields, float fields) of the record's columns: its required fields by `Kind.column`,
+    `t` first of the floats. TypeError for a kind that has no column."""
+    columns = [(s.name, s.kind.column) for s in specs(record) if s.kind is not None]
+    # The trial id is kept as an index into the chunk's ids: one field only, `trial`.
+    odd = [name for name, column in columns
+           if column not in ("int", "float", "trial") or (column == "trial") != (name == "trial")]
+    if odd or ("trial", "trial") not in columns:
+        raise TypeError(f"{record.__name__}: no column for {odd or 'trial'} (spec/epochscan.py)")
+    return (tuple(name for name, column in columns if column == "int"),
+            ("t", *(name for name, column in columns if column == "float")))
 
 
-INT_FIELDS = ("attempt", "epoch", "images_trained", "images_evaluated")
-FLOAT_FIELDS = ("t", "val_accuracy", "val_loss", "started_at", "ended_at", "seconds")
+def column_names(record: type = EpochEnd) -> tuple[str, ...]:
+    """`Columns`' names: the line's index in the chunk, its trial's index, the int and float fields."""
+    ints, floats = column_fields(record)
+    return ("offset", "trial", *ints, *floats)
+
+
+def row_dicts_function(record: type = EpochEnd) -> Callable[[Any, int, list[str], Callable[[int], str]],
+                                                             list[dict[str, Any]]]:
+    """`f(columns, base, trials, prev)`: the dict `json.loads` gives for each plain line, keys in
+    the writer's (sorted) order. Compiled from the record's fields: one comprehension, no Python
+    code per field."""
+    names = column_names(record)
+    value = {"prev": "prev(offset)", "seq": "base + offset", "trial": "trials[trial]",
+             "type": "'epoch_end'"}
+    keys = sorted({*RESERVED, *names} - {"offset"})
+    items = ", ".join(f"{k!r}: {value.get(k) or k}" for k in keys)
+    source = (f"lambda columns, base, trials, prev: [{{{items}}} for {', '.join(names)} "
+              f"in zip(*(c.tolist() for c in columns), strict=True)]")
+    fn: Callable[[Any, int, list[str], Callable[[int], str]], list[dict[str, Any]]] = eval(source)  # noqa: S307
+    return fn
+
+
+Plain = plain_struct()
+"""An `epoch_end` line with exactly the record's required fields, well-formed (as spec/schema.py checks)."""
+
+INT_FIELDS, FLOAT_FIELDS = column_fields()
+_namedtuple: Any = namedtuple  # called with names made at run time, which a type checker cannot follow
+_ColumnsBase: Any = _namedtuple("Columns", column_names())
+
+
+class Columns(_ColumnsBase):
+    """A chunk's plain epochs as columns (numpy arrays, one entry per plain line, in line order):
+    `offset` (int32, the line's index in the chunk), `trial` (int32, index into the chunk's
+    `trials`), then `INT_FIELDS` (int64) and `FLOAT_FIELDS` (float64), named as the record's fields."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # the columns' names are known only when the record is read
+        def __getattr__(self, name: str) -> Any: ...
+
+
+_row_dicts = row_dicts_function()
 
 
 class EpochLimits(NamedTuple):
-    """The audit's per-epoch checks that need no state (spec/audit.py `LogAudit.on_epoch`): a line
-    that fails one is sent as a record, so that the ordinary path records the finding."""
+    """The audit's per-epoch checks that need no state (spec/logaudit.py `LogAudit.on_epoch`): a line
+    that fails one is sent as a record, so that the ordinary path records the finding
+    (tests/verify/test_epoch_checks.py proves the two alike)."""
 
     skew: float  # ended_at may be at most this after the line's t
     val_images: int | None  # images_evaluated must equal this
@@ -121,11 +147,7 @@ class Chunk(NamedTuple):
         """The dict `json.loads` gives for each plain line (all, or those at the row indices
         `rows`), keys in the writer's order."""
         cols = self.rows if rows is None else [c[rows] for c in self.rows]
-        base, trials, prev = self.first_line - 1, self.trials, self.prev
-        return [{"attempt": a, "ended_at": en, "epoch": ep, "images_evaluated": ev, "images_trained": tr,
-                 "prev": prev(off), "seconds": sec, "seq": base + off, "started_at": st, "t": t,
-                 "trial": trials[k], "type": "epoch_end", "val_accuracy": acc, "val_loss": loss}
-                for off, k, a, ep, tr, ev, t, acc, loss, st, en, sec in zip(*(c.tolist() for c in cols), strict=True)]
+        return _row_dicts(cols, self.first_line - 1, self.trials, self.prev)
 
     def tail(self, k: int) -> Chunk:
         """The chunk's lines from offset `k` on, as a chunk of their own."""
@@ -223,7 +245,7 @@ def _rows(plains: list[Any], offsets: Any, records: list[tuple[int, dict[str, An
     names = list(dict.fromkeys(trials))  # in order of first appearance
     index = {name: k for k, name in enumerate(names)}
     trial = np.fromiter(map(index.__getitem__, trials), np.int32, n)
-    bad = [index[name] for name in set(names) - _known_trials if not is_trial(name)]
+    bad = [index[name] for name in set(names) - known_trials if not is_trial(name)]
     if bad:
         odd |= np.isin(trial, bad)
     if limits is not None:

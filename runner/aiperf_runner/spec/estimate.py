@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import peaks
-from .presets import get as get_preset
+from .presetfacts import get as get_preset
 
 MIN_TRIALS_PER_SLOT = 2.0
 """A slot should finish at least this many first-round trials, so that the search sees results

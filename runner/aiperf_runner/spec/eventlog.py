@@ -1,4 +1,4 @@
-"""The append-only, hash-chained JSON-lines event log (DESIGN section 3).
+"""The append-only, hash-chained JSON-lines event log (docs/design.md section 3).
 
 Each line is `json.dumps(obj, sort_keys=True, separators=(",", ":"))` with `seq`, `t` (UTC float
 seconds), `type` and `prev` (SHA-256 hex of the previous line's bytes without its newline).
@@ -23,12 +23,14 @@ from typing import IO, Any, NamedTuple
 
 import msgspec
 
+from aiperf_runner.spec.errors import AiperfError
+
 GENESIS = "0" * 64
 RESERVED = ("seq", "t", "type", "prev")
 DURABILITY = ("line", "batch", "none")  # when an EventWriter fsyncs (see the module docstring)
 
 
-class LogError(ValueError):
+class LogError(AiperfError, ValueError):
     """A broken log: `line` is the 1-based number of the first bad line."""
 
     def __init__(self, line: int, reason: str) -> None:

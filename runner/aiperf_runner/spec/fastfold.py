@@ -1,7 +1,7 @@
 """The verification's fold of a scanned chunk: plain epochs a chunk at a time, the rest as before.
 
 `verify()` folds every line of the main log into one `Replay` and the listeners it gives it
-(spec/scoring.py `ScoreAccumulator`, spec/audit.py `LogAudit`, spec/fingerprint.py,
+(spec/scoring.py `ScoreAccumulator`, spec/logaudit.py `LogAudit`, spec/fingerprint.py,
 spec/hardware.py `SeenAccelerators`, spec/witness.py `WitnessAudit`, in that order). Line by line
 that is a dict, a schema check and five listener calls per epoch, most of the time of a large log.
 `Fold.take` gives the same result for the chunks spec/logchunks.py scans (`epochscan.Chunk`: plain
@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from . import schema
-from .audit import LogAudit
 from .epochplan import Plan, plan
-from .epochscan import Chunk, EpochLimits
-from .fingerprint import FIRST, MOST, EpochFingerprints, record_digest
+from .epochscan import INT_FIELDS, Chunk, EpochLimits
+from .fingerprint import FIRST, MOST, RECORD, EpochFingerprints, record_digest
 from .hardware import SeenAccelerators
+from .logaudit import LogAudit
 from .scoring import ScoreAccumulator
 from .witness import WitnessAudit
 
@@ -251,10 +251,7 @@ class Fold:
         free = []
         for i in p.candidates.tolist():
             name = c.trials[int(r.trial[i])]
-            ev = {"epoch": int(r.epoch[i]), "images_trained": int(r.images_trained[i]),
-                  "images_evaluated": int(r.images_evaluated[i]), "val_accuracy": float(r.val_accuracy[i]),
-                  "val_loss": float(r.val_loss[i]), "started_at": float(r.started_at[i]),
-                  "ended_at": float(r.ended_at[i]), "seconds": float(r.seconds[i])}
+            ev = {k: (int if k in INT_FIELDS else float)(getattr(r, k)[i]) for k in RECORD}
             free.append((int(r.offset[i]), record_digest(ev, self.replay.trials[name].arch_hash)))
         merged = [d for _, d in sorted(held + free)][:room]
         del fp.digests[p.digests_at_start:]

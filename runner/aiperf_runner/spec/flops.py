@@ -28,7 +28,8 @@ from typing import Any
 
 from .graph import Graph, GraphError
 
-RULES = ("v1-compat", "v2")
+RULES = ("v2", "v1-compat")
+"""The FLOP rules, the default first (spec/scoring.py and the commands take them from here)."""
 DEFAULT_RULES = "v2"
 
 # v1-compat: the n-th layer in list order (1-based) with n > V1_KERNEL_QUIRK_AFTER is a conv charged
@@ -137,7 +138,7 @@ def flops_per_image(graph: Graph, rules: str = DEFAULT_RULES, kernel_size: int =
 # ---- v1-compat ------------------------------------------------------------------------------------
 
 def _v1_layers(graph: Graph, kernel_size: int) -> list[LayerFlops]:
-    """The original profiler, restated in ../shared/reference/README.md, layer by layer in list order.
+    """The original profiler, restated in docs/score.md ("v1-compat"), layer by layer in list order.
 
     Shapes: our nodes are (C, H, W); the original's "H" (first spatial dim) is our shape[1].
     """

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiperf_runner.spec.errors import AiperfError
+
 FORMAT = "aiperf-graph/1"
 
 Shape = tuple[int, ...]
@@ -36,7 +38,7 @@ LAYER_TYPES = frozenset(LAYER_PARAMS)
 _MULTI_INPUT = {"add", "concat"}
 
 
-class GraphError(ValueError):
+class GraphError(AiperfError, ValueError):
     """An invalid graph; the message names the offending layer or node."""
 
 

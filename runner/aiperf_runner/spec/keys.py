@@ -21,6 +21,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from aiperf_runner.spec.errors import AiperfError
+
 PRIVATE_FILE = "site_key.pem"
 PUBLIC_FILE = "site_key.pub"
 PUBLIC_PREFIX = "aiperf-ed25519"
@@ -28,7 +30,7 @@ PUBLIC_PREFIX = "aiperf-ed25519"
 PublicKeyLike = Ed25519PublicKey | Ed25519PrivateKey | bytes
 
 
-class KeyFileError(ValueError):
+class KeyFileError(AiperfError, ValueError):
     """A key file that is missing, unreadable, malformed, or that would be overwritten."""
 
 

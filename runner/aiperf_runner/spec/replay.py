@@ -2,7 +2,7 @@
 
 Every reader of a log uses this fold and nothing else: the controller (as it writes, and on
 `--resume`), `status` and `report`, verification's score (spec/scoring.py) and checks
-(spec/audit.py), the service's stored trials, and the trial program's resume (over a trial's own
+(spec/logaudit.py), the service's stored trials, and the trial program's resume (over a trial's own
 log). What a running attempt, a repeated epoch or a busy slot is, is decided here only.
 
 `Replay.apply(event)` takes events in log order. Listeners see what the fold decided: every
@@ -385,6 +385,8 @@ class Replay:
         outcome = kind.removeprefix("trial_")
         if attempt is not None and attempt.outcome is None:
             attempt.ended, attempt.outcome, attempt.error = t, outcome, ev.get("error")
+            if isinstance(ev.get("nodes"), list):  # where the attempt ran, when trial_started named other nodes
+                attempt.nodes = list(ev["nodes"])
         if kind == "trial_finished":
             self._status(tr, "finished")
             tr.best_accuracy = ev.get("best_accuracy")

@@ -1,4 +1,4 @@
-"""Which trials keep their final weights for the service's audit (DESIGN section 8, layer 3).
+"""Which trials keep their final weights for the service's audit (docs/design.md section 7, layer 3).
 
 A trial's weights are kept when SHA-256(beacon ‖ trial id), read as a number in [0, 1), falls below
 the rules table's share for the preset (`weights_keep_share`), where the beacon is that of the first
@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from .audit import Findings
+from .logaudit import Findings
 from .replay import Replay, TrialState
 
 WEIGHTS = "weights.safetensors"

@@ -1,4 +1,4 @@
-"""The rules a result must pass (DESIGN section 5; operator-facing text in docs/rules.md).
+"""The rules a result must pass (docs/design.md section 5; operator-facing text in docs/rules.md).
 
 Every check returns one dict `{name, threshold, measured, passed, message}`; the list of them is
 the verification report. Names are `<group>.<check>` with group one of `GROUPS`. Thresholds live in
@@ -16,8 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from . import SPEC_VERSION, presets
-from .audit import MAX_MESSAGES, Findings, LogAudit
+from . import SPEC_VERSION
+from . import presetfacts as presets
+from .logaudit import MAX_MESSAGES, Findings, LogAudit
 from .peaks import PRECISIONS
 from .schema import run_json_problems
 

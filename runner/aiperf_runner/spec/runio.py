@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import presets
+from . import presetfacts as presets
+from .errors import AiperfError
 from .eventlog import Event, iter_events
 from .graph import Graph
 from .procpool import SharedPool, process_pool
@@ -31,7 +32,7 @@ TRIAL_ID = re.compile(r"^t\d{4,}$")
 DEFAULT_KERNEL_SIZE = 3
 
 
-class RunIOError(ValueError):
+class RunIOError(AiperfError, ValueError):
     """A run directory, or one of its files, that cannot be read; the message names the file."""
 
 

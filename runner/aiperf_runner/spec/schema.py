@@ -1,7 +1,8 @@
 """The schema of every event type and of run.json, written once, as data.
 
 Each field is a Python expression over `v` (the value), a phrase for error messages and a phrase
-for the documentation. From that one table come the validators (`valid(d)` compiled into one
+for the documentation (spec/fields.py); `epoch_end`'s fields are those of spec/records.py's
+`EpochEnd`. From that one table come the validators (`valid(d)` compiled into one
 function per event type, the hot path of verification; `problem(d)` naming the first bad field)
 and the event tables of docs/internals.md (`markdown_table`, checked by a test).
 Extra fields are allowed everywhere; unknown event types are not.
@@ -9,60 +10,31 @@ Extra fields are allowed everywhere; unknown event types are not.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TRIAL_ID = re.compile(r"^t\d{4,}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+from . import records
+from .fields import (
+    NAMESPACE,
+    Field,
+    accuracy,
+    attempt_field,
+    enum,
+    hex_field,
+    nonneg,
+    number,
+    obj,
+    pos,
+    ran_on_field,
+    run_id_field,
+    string,
+    trial_field,
+    weights_field,
+)
 
 MAIN, TRIAL = "main", "trial"
 """The two kinds of log: the controller's `events.jsonl` and each trial's `trials/<id>/events.jsonl`."""
-
-ENUMS: dict[str, frozenset[str]] = {
-    "morphism": frozenset({"deeper", "wider", "skip"}),
-    "hparam_source": frozenset({"seed", "inherited", "tpe"}),
-    "trial_finished.reason": frozenset({"budget", "early_stop"}),
-    "trial_cancelled.reason": frozenset({"duration", "stop"}),
-    "run_finished.reason": frozenset({"duration", "stopped", "exhausted"}),
-    "weights_kept.reason": frozenset({"beacon", "best", "unwitnessed"}),
-    "weights_dropped.reason": frozenset({"beacon", "superseded", "unwitnessed"}),
-}
-
-_known_trials: set[str] = set()
-
-
-def is_trial(v: Any) -> bool:
-    """A trial id t0000, t0001, ... (valid ids are remembered: a log repeats them millions of times)."""
-    if type(v) is not str:
-        return False
-    if v in _known_trials:
-        return True
-    if TRIAL_ID.fullmatch(v) is not None:
-        if len(_known_trials) < 1_000_000:
-            _known_trials.add(v)
-        return True
-    return False
-
-
-# Names the field expressions may use.
-HEX = re.compile(r"^[0-9a-f]+$")
-
-_NAMESPACE: dict[str, Any] = {
-    "is_trial": is_trial, "HEX64": HEX64, "RUN_ID": RUN_ID, "HEX": HEX,
-    **{"ENUM_" + k.replace(".", "_"): v for k, v in ENUMS.items()},
-}
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    expr: str  # a boolean Python expression over `v`
-    expects: str  # "an integer >= 1": for error messages
-    doc: str = ""  # for the documentation, after the name: "(trial id or null)"
-    required: bool = True  # an optional field is checked only when present
 
 
 @dataclass(frozen=True)
@@ -71,79 +43,6 @@ class EventType:
     logs: tuple[str, ...]
     fields: tuple[Field, ...]
     doc: str = ""
-
-
-# ---- field kinds ------------------------------------------------------------------------------------
-_NUMBER = "(type(v) is float or type(v) is int) and -1e308 <= v <= 1e308"  # finite: NaN fails the comparison
-
-
-def _enum(key: str) -> str:
-    return f"type(v) is str and v in ENUM_{key.replace('.', '_')}"
-
-
-def trial_field(doc: str = "") -> Field:
-    return Field("trial", "is_trial(v)", "a trial id (t0000, t0001, ...)", doc)
-
-
-def attempt_field() -> Field:
-    return Field("attempt", "type(v) is int and v >= 1", "an integer >= 1", "(from 1)")
-
-
-def pos(name: str, doc: str = "") -> Field:
-    return Field(name, "type(v) is int and v >= 1", "an integer >= 1", doc)
-
-
-def nonneg(name: str, doc: str = "") -> Field:
-    return Field(name, "type(v) is int and v >= 0", "an integer >= 0", doc)
-
-
-def string(name: str, doc: str = "") -> Field:
-    return Field(name, "type(v) is str", "a string", doc)
-
-
-def number(name: str, doc: str = "") -> Field:
-    return Field(name, _NUMBER, "a finite number", doc)
-
-
-def accuracy(name: str, doc: str = "") -> Field:
-    return Field(name, "(type(v) is float or type(v) is int) and 0.0 <= v <= 1.0", "a number in [0, 1]", doc)
-
-
-def weights_field() -> Field:
-    return Field("weights_sha256", "type(v) is str and len(v) == 64 and HEX.fullmatch(v) is not None",
-                 "64 lowercase hex chars", "(SHA-256 of the final weights; optional)", required=False)
-
-
-def accelerators_field() -> Field:
-    return Field("accelerators", "type(v) is dict and 0 < len(v) <= 64 and all(type(k) is str and 0 < len(k) <= 200 "
-                                 "and type(n) is int and n > 0 for k, n in v.items())",
-                 "an object of model name -> ranks",
-                 "(the device model of every rank, `cpu` for a CPU process -> how many ranks; in the first epoch "
-                 "an attempt logs; optional)", required=False)
-
-
-def lr_scaling_field() -> Field:
-    return Field("lr_scaling", "type(v) is dict and type(v.get('rule')) is str and type(v.get('global_batch')) is int "
-                               "and v['global_batch'] >= 1 and type(v.get('reference_batch')) is int "
-                               "and v['reference_batch'] >= 1 and all(type(v.get(k)) in (int, float) and "
-                               "0 <= v[k] <= 1e308 for k in ('base_lr', 'peak_lr', 'warmup_epochs'))",
-                 "an object: rule, base_lr, reference_batch, global_batch, peak_lr, warmup_epochs",
-                 "(the learning rate the attempt trained at: rule `linear`/`none`, base_lr (the hyper-parameter), "
-                 "reference_batch, global_batch, peak_lr = base_lr x global_batch / reference_batch, warmup_epochs; "
-                 "in the first epoch an attempt logs; optional)", required=False)
-
-
-def run_id_field() -> Field:
-    return Field("run_id", "type(v) is str and RUN_ID.fullmatch(v) is not None", "32 hex chars")
-
-
-def obj(name: str, doc: str = "", required: bool = True) -> Field:
-    return Field(name, "isinstance(v, dict)", "an object", doc, required)
-
-
-def hex_field(name: str, chars: int, doc: str = "") -> Field:
-    return Field(name, f"type(v) is str and len(v) == {chars} and HEX.fullmatch(v) is not None",
-                 f"{chars} lowercase hex chars", doc)
 
 
 # ---- the event types ----------------------------------------------------------------------------------
@@ -161,7 +60,7 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         Field("parent", "v is None or is_trial(v)", "a trial id or null", "(trial id or null)"),
         Field("morphisms", "isinstance(v, list) and all(type(m) is str and m in ENUM_morphism for m in v)",
               "a list of deeper/wider/skip", "(list of `deeper`/`wider`/`skip`)"),
-        obj("hparams"), Field("hparam_source", _enum("hparam_source"), "seed, inherited or tpe",
+        obj("hparams"), Field("hparam_source", enum("hparam_source"), "seed, inherited or tpe",
                               "(`seed`/`inherited`/`tpe`)"),
         nonneg("round"), pos("epoch_budget")), "the search proposed a trial"),
     EventType("trial_started", (MAIN,), (
@@ -169,24 +68,18 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         Field("nodes", "isinstance(v, list) and all(type(n) is str for n in v)", "a list of strings",
               "(list of names)"),
         nonneg("devices")), "an attempt of a trial started on a slot"),
-    EventType("epoch_end", (MAIN, TRIAL), (
-        trial_field(), attempt_field(), pos("epoch", "(from 1)"), nonneg("images_trained"),
-        nonneg("images_evaluated"), accuracy("val_accuracy"),
-        Field("val_loss", f"v is None or ({_NUMBER})", "a number or null"),
-        number("started_at"), number("ended_at", "(float UTC seconds, from the trial process)"), number("seconds"),
-        accelerators_field(), lr_scaling_field()),
-        "one epoch trained and evaluated"),
+    EventType("epoch_end", (MAIN, TRIAL), records.checks(records.EpochEnd), "one epoch trained and evaluated"),
     EventType("trial_finished", (MAIN,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
-        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
-        weights_field()), "an attempt ended with the trial complete"),
+        Field("reason", enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
+        weights_field(), ran_on_field()), "an attempt ended with the trial complete"),
     EventType("trial_failed", (MAIN,), (
         trial_field(), attempt_field(), string("error"), Field("retry", "type(v) is bool", "true or false",
-                                                               "(bool)")),
+                                                               "(bool)"), ran_on_field()),
         "an attempt failed; `retry` says whether the trial runs again"),
     EventType("trial_cancelled", (MAIN,), (
         trial_field(), attempt_field(),
-        Field("reason", _enum("trial_cancelled.reason"), "duration or stop", "(`duration`/`stop`)")),
+        Field("reason", enum("trial_cancelled.reason"), "duration or stop", "(`duration`/`stop`)")),
         "an attempt stopped by the end of the run"),
     EventType("slot_lost", (MAIN,), (
         nonneg("slot"), string("reason"),
@@ -206,18 +99,18 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         "the service's receipt of a heartbeat"),
     EventType("weights_kept", (MAIN,), (
         trial_field(), hex_field("sha256", 64, "(of weights.safetensors)"),
-        Field("reason", _enum("weights_kept.reason"), "beacon, best or unwitnessed", "(`beacon`/`best`/`unwitnessed`)")),
+        Field("reason", enum("weights_kept.reason"), "beacon, best or unwitnessed", "(`beacon`/`best`/`unwitnessed`)")),
         "the trial's final weights stay in its directory for the service's audit"),
     EventType("weights_dropped", (MAIN,), (
-        trial_field(), Field("reason", _enum("weights_dropped.reason"), "beacon, superseded or unwitnessed",
+        trial_field(), Field("reason", enum("weights_dropped.reason"), "beacon, superseded or unwitnessed",
                              "(`beacon`/`superseded`/`unwitnessed`)")),
         "the trial's weights were deleted: not selected"),
     EventType("run_finished", (MAIN,), (
-        Field("reason", _enum("run_finished.reason"), "duration, stopped or exhausted",
+        Field("reason", enum("run_finished.reason"), "duration, stopped or exhausted",
               "(`duration`/`stopped`/`exhausted`)"),), "the last line of a complete run"),
     EventType("trial_result", (TRIAL,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
-        Field("reason", _enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
+        Field("reason", enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),
         weights_field()), "the trial program finished the trial"),
     EventType("trial_error", (TRIAL,), (trial_field(), attempt_field(), string("error")),
               "the trial program failed with an exception"),
@@ -243,14 +136,14 @@ def _compile_valid(et: EventType) -> Callable[[Mapping[str, Any]], bool]:
             lines += [f"        if {f.name!r} in d:", f"            v = d[{f.name!r}]",
                       f"            if not ({f.expr}): return False"]
     lines += ["    except KeyError:", "        return False", "    return True"]
-    namespace = dict(_NAMESPACE)
+    namespace = dict(NAMESPACE)
     exec("\n".join(lines), namespace)  # noqa: S102 - code built from the constant table above
     check: Callable[[Mapping[str, Any]], bool] = namespace["valid"]
     return check
 
 
 def _compile_field(f: Field) -> Callable[[Any], bool]:
-    check: Callable[[Any], bool] = eval(f"lambda v: {f.expr}", dict(_NAMESPACE))  # noqa: S307
+    check: Callable[[Any], bool] = eval(f"lambda v: {f.expr}", dict(NAMESPACE))  # noqa: S307
     return check
 
 

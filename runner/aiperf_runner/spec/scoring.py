@@ -1,4 +1,4 @@
-"""Work, score and regulated score of a run (DESIGN section 4; docs/score.md).
+"""Work, score and regulated score of a run (docs/design.md section 4; docs/score.md).
 
 - work(t)  = sum over counted `epoch_end` events with ended_at <= t of
              train_FLOP/image x images_trained + eval_FLOP/image x images_evaluated
@@ -26,10 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .flops import DEFAULT_RULES, RULES
 from .replay import Attempt, Replay, TrialState
-
-RULES = ("v2", "v1-compat")
-DEFAULT_RULES = "v2"
 
 V1_TRAIN_IMAGES = 1_280_000
 """v1-compat: images charged per epoch for training, whatever the epoch logged (AIPerf's constant)."""

@@ -12,7 +12,8 @@ import gc
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,7 +29,7 @@ from .replay import Replay
 from .retention import RetentionAudit
 from .retention import share as retention_share
 from .runio import RunDir, RunIOError
-from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, check_rules
+from .scoring import DEFAULT_RULES, RULES, ScoreAccumulator, Series, check_rules
 from .witness import ServiceRecords, WitnessAudit, token_interval, token_issued_at
 
 REPORT_FIELDS = ("integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
@@ -153,64 +154,105 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                 registration: Mapping[str, Any] | None = None, witness_keys: Mapping[str, bytes] | None = None,
                 records: ServiceRecords | None = None) -> Verified:
     th = R.thresholds(rules_version)
-    checks: list[dict[str, Any]] = []
     run_dir = RunDir(root)
-    try:
-        run = run_dir.run
-        run_problems = R.run_json_problems(run)
-    except RunIOError as exc:
-        run, run_problems = {}, [str(exc)]
-    run_rules = run.get("rules")
+    run, run_problems = _read_run(run_dir)
     if rules is None:
+        run_rules = run.get("rules")
         rules = run_rules if run_rules in RULES else DEFAULT_RULES
     report = _empty_report(rules, rules_version)
     report["run_id"] = run.get("run_id")
-
-    sig_checks, fingerprint = _signature_checks(root, pubkey, require_signature)
-    report["fingerprint"] = fingerprint
-
+    sig_checks, report["fingerprint"] = _signature_checks(root, pubkey, require_signature)
     precision = run.get("precision")
     hw = hardware.hardware_of(run, registration)
     peak, how = hw.peak(precision)
-    slot_peak = hw.slot_peak(peak)
+    f = _fold(run, run_dir, rules, th, hw.slot_peak(peak), workers, witness_keys)
+    checks = [*_integrity_checks(f, run, run_problems, sig_checks, run_dir, th),
+              *_validity_checks(f, run, rules, precision, th),
+              R.check_stability(f.series.points, th),
+              *_plausibility_checks(f, run, precision, peak, how, th),
+              *_system_checks(f, run, hw, peak, how, precision),
+              *_witness_checks(f, run, th, witness_keys, records)]
+    for c in checks:
+        c["measured"] = _json_safe(c["measured"])
+    _fill_report(report, checks, f, hw, peak)
+    return Verified(report, f.replay, run_dir)
 
-    graph_errors = R.Findings()
-    replay = Replay()
 
-    pairs: dict[int, tuple[float, float]] = {}  # one (train, eval) tuple per FlopCounts: trials share them
+def _read_run(run_dir: RunDir) -> tuple[dict[str, Any], list[str]]:
+    """run.json and what is missing or mistyped in it ({} and why, when it cannot be read)."""
+    try:
+        run = run_dir.run
+        return run, R.run_json_problems(run)
+    except RunIOError as exc:
+        return {}, [str(exc)]
 
-    def flops_pair(counts: Any) -> tuple[float, float]:
-        pair = pairs.get(id(counts))
+
+@dataclass
+class _Folded:
+    """The main log folded: the replay, its listeners and what went wrong reading it."""
+
+    replay: Replay
+    acc: ScoreAccumulator
+    audit: R.LogAudit
+    fingerprints: EpochFingerprints
+    seen: hardware.SeenAccelerators
+    witness: WitnessAudit
+    retention: RetentionAudit
+    graph_errors: R.Findings
+    last_line: int
+    chain_error: str | None
+    series: Series
+
+
+class _TrialFlops:
+    """FLOPs per image of each trial, recomputed from its graph.json (spec/runio.py), as the score
+    and the audit ask for them; a graph's problems are findings at the line being folded."""
+
+    def __init__(self, run_dir: RunDir, rules: str, replay: Replay) -> None:
+        self.run_dir, self.rules, self.replay = run_dir, rules, replay
+        self.errors = R.Findings()
+        self.fold: Fold | None = None  # set once the fold exists: the line it is at
+        self._pairs: dict[int, tuple[float, float]] = {}  # one (train, eval) tuple per FlopCounts: trials share them
+
+    def _pair(self, counts: Any) -> tuple[float, float]:
+        pair = self._pairs.get(id(counts))
         if pair is None:
-            pair = pairs[id(counts)] = float(counts.train), float(counts.eval)
+            pair = self._pairs[id(counts)] = float(counts.train), float(counts.eval)
         return pair
 
-    def flops_for(trial: str) -> tuple[float, float] | None:
+    def flops_for(self, trial: str) -> tuple[float, float] | None:
+        assert self.fold is not None
         try:
-            counts = run_dir.trial_flops(trial, rules)
+            counts = self.run_dir.trial_flops(trial, self.rules)
         except RunIOError as exc:
-            graph_errors.add(fold.line, str(exc))
+            self.errors.add(self.fold.line, str(exc))
             return None
-        proposed = replay.trials.get(trial)
-        actual = run_dir.arch(trial).arch_hash
+        proposed = self.replay.trials.get(trial)
+        actual = self.run_dir.arch(trial).arch_hash
         if proposed is not None and proposed.arch_hash != actual:
-            graph_errors.add(fold.line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
-                                        f"trial_proposed says {proposed.arch_hash}")
-        return flops_pair(counts)
+            self.errors.add(self.fold.line, f"trials/{trial}/graph.json hashes to {actual}, the log's "
+                                            f"trial_proposed says {proposed.arch_hash}")
+        return self._pair(counts)
 
-    def peek_flops(trial: str) -> tuple[float, float] | None:
+    def peek(self, trial: str) -> tuple[float, float] | None:
         """What flops_for returns, without recording anything (the fast fold plans with it)."""
         try:
-            counts = run_dir.trial_flops(trial, rules)
+            counts = self.run_dir.trial_flops(trial, self.rules)
         except RunIOError:
             return None
-        return flops_pair(counts)
+        return self._pair(counts)
 
+
+def _fold(run: Mapping[str, Any], run_dir: RunDir, rules: str, th: Mapping[str, Any],
+          slot_peak: Callable[[int], float | None], workers: int | None, witness_keys: Mapping[str, bytes] | None) -> _Folded:
+    """Read the trials' files and fold the main log into a replay and its listeners."""
+    replay = Replay()
+    flops = _TrialFlops(run_dir, rules, replay)
     # One pool for the trials' files and then the log: its workers start once.
     shared = SharedPool(workers if workers is not None else (os.cpu_count() or 1))
     preset = run.get("preset")
     run_dir.prefetch(rules, workers, preset=preset if isinstance(preset, str) else None, shared=shared)
-    acc = ScoreAccumulator(rules, flops_for, replay)  # listens first: the audit reads its FLOPs
+    acc = ScoreAccumulator(rules, flops.flops_for, replay)  # listens first: the audit reads its FLOPs
     audit = R.LogAudit(run, th, replay, flops_for=acc.trial_flops, slot_peak=slot_peak)
     fingerprints = EpochFingerprints()
     replay.listen(fingerprints)
@@ -218,8 +260,15 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     replay.listen(seen)
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
-    fold = Fold(audit, acc, fingerprints, seen, witness, peek_flops)
-    chain_error: str | None = None
+    fold = flops.fold = Fold(audit, acc, fingerprints, seen, witness, flops.peek)
+    chain_error = _fold_log(run_dir, fold, workers, shared)
+    audit.finish()
+    return _Folded(replay, acc, audit, fingerprints, seen, witness, retention, flops.errors, fold.line, chain_error,
+                   acc.series())
+
+
+def _fold_log(run_dir: RunDir, fold: Fold, workers: int | None, shared: SharedPool) -> str | None:
+    """Every line of the main log into `fold`; why the log could not be read to its end, or None."""
     # The fold allocates acyclic objects per line and keeps per-trial state: the cyclic collector's
     # passes over that state find nothing and cost about a tenth of the time on a large log.
     collecting = gc.isenabled()
@@ -232,78 +281,93 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
             for event in run_dir.events():
                 fold.take((event.line, event.data))
     except LogError as exc:
-        chain_error = str(exc)
+        return str(exc)
     except RunIOError as exc:
-        chain_error = f"cannot be read: {exc}"
+        return f"cannot be read: {exc}"
     finally:
         shared.close()
         if collecting:
             gc.enable()
-    audit.finish()
-    series = acc.series()
+    return None
 
-    # integrity
-    checks.append(R.check_chain(fold.line, chain_error))
-    checks.extend(sig_checks)
-    checks.append(R.check_run_json(run_problems, audit.consistency))
-    checks.append(R.check_versions(run, th))
-    checks.append(R.check_schema(audit))
-    checks.append(R.check_graphs(graph_errors, acc.trials_with_epochs, run_dir.distinct_architectures))
-    checks.append(R.check_bound(bound_findings(run, replay, run_dir)))
-    # validity
-    checks.append(R.check_rules(rules, th))
-    checks.append(R.check_preset(preset, th))
-    checks.append(R.check_duration(series.duration_s, th))
-    checks.append(R.check_precision(precision, th))
-    checks.append(R.check_accuracy(series.max_accuracy, th))
-    checks.append(R.check_full_validation(audit, preset, len(acc.table), th))
-    checks.append(R.check_complete(replay.finished_at is not None))
-    # stability
-    checks.append(R.check_stability(series.points, th))
-    # plausibility
-    checks.append(R.check_declared_peak(hardware.declared_peak(run, precision), peak, how, precision, th))
-    max_score = max((p["score"] for p in series.points), default=0.0)
-    checks.append(R.check_score_peak(max_score, peak, th))
-    checks.append(R.check_epoch_rate(audit, bool(peak), th))
-    checks.append(R.check_epoch_images(audit))
-    checks.append(R.check_slots(audit))
-    checks.append(R.check_concurrency(audit))
-    checks.append(R.check_timestamps(audit))
-    checks.append(R.check_lifecycle(audit))
-    # system
+
+def _integrity_checks(f: _Folded, run: Mapping[str, Any], run_problems: list[str],
+                      sig_checks: list[dict[str, Any]], run_dir: RunDir, th: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [R.check_chain(f.last_line, f.chain_error),
+            *sig_checks,
+            R.check_run_json(run_problems, f.audit.consistency),
+            R.check_versions(run, th),
+            R.check_schema(f.audit),
+            R.check_graphs(f.graph_errors, f.acc.trials_with_epochs, run_dir.distinct_architectures),
+            R.check_bound(bound_findings(run, f.replay, run_dir))]
+
+
+def _validity_checks(f: _Folded, run: Mapping[str, Any], rules: str, precision: Any,
+                     th: Mapping[str, Any]) -> list[dict[str, Any]]:
+    preset = run.get("preset")
+    return [R.check_rules(rules, th),
+            R.check_preset(preset, th),
+            R.check_duration(f.series.duration_s, th),
+            R.check_precision(precision, th),
+            R.check_accuracy(f.series.max_accuracy, th),
+            R.check_full_validation(f.audit, preset, len(f.acc.table), th),
+            R.check_complete(f.replay.finished_at is not None)]
+
+
+def _plausibility_checks(f: _Folded, run: Mapping[str, Any], precision: Any, peak: float | None, how: str,
+                         th: Mapping[str, Any]) -> list[dict[str, Any]]:
+    max_score = max((p["score"] for p in f.series.points), default=0.0)
+    return [R.check_declared_peak(hardware.declared_peak(run, precision), peak, how, precision, th),
+            R.check_score_peak(max_score, peak, th),
+            R.check_epoch_rate(f.audit, bool(peak), th),
+            R.check_epoch_images(f.audit),
+            R.check_slots(f.audit),
+            R.check_concurrency(f.audit),
+            R.check_timestamps(f.audit),
+            R.check_lifecycle(f.audit)]
+
+
+def _system_checks(f: _Folded, run: Mapping[str, Any], hw: hardware.Hardware, peak: float | None, how: str,
+                   precision: Any) -> list[dict[str, Any]]:
     run_system = run.get("system") if isinstance(run.get("system"), Mapping) else {}
-    checks.append(R.check_registered(hw, run_system.get("id") if isinstance(run_system, Mapping) else None))
-    checks.append(R.check_peak_known(peak, how, precision))
-    checks.append(R.check_devices(audit, hw, _dict(run.get("config")).get("devices_per_slot")))
-    # witness
-    checked = bool(witness_keys)
+    return [R.check_registered(hw, run_system.get("id") if isinstance(run_system, Mapping) else None),
+            R.check_peak_known(peak, how, precision),
+            R.check_devices(f.audit, hw, _dict(run.get("config")).get("devices_per_slot"))]
+
+
+def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
+                    witness_keys: Mapping[str, bytes] | None, records: ServiceRecords | None) -> list[dict[str, Any]]:
+    """The witness's checks, and the retention of weights it selects."""
+    witness, checked = f.witness, bool(witness_keys)
     interval = token_interval(witness.token, th["heartbeat_interval_s"])
     issued_at = token_issued_at(witness.token)
-    checks.append(R.check_witness_token(witness.token_problems(run, records), checked))
-    checks.append(R.check_witness_receipts(witness, witness.missing_receipts(records), checked))
-    checks.append(R.check_witness_coverage(witness.gaps(issued_at), interval, th, checked))
-    finished_with_weights = sum(1 for tr in replay.trials.values() if tr.weights_sha256)
-    checks.append(R.check_retention(retention.problems(), len(retention.kept()), finished_with_weights))
-    checks.append(R.check_witness_timeline(
-        witness.timeline_problems(acc.t0, acc.end, issued_at, th["witness_tolerance_s"],
-                                  th["witness_duration_relative"]), checked, th))
+    token = R.check_witness_token(witness.token_problems(run, records), checked)
+    receipts = R.check_witness_receipts(witness, witness.missing_receipts(records), checked)
+    coverage = R.check_witness_coverage(witness.gaps(issued_at), interval, th, checked)
+    finished_with_weights = sum(1 for tr in f.replay.trials.values() if tr.weights_sha256)
+    retention = R.check_retention(f.retention.problems(), len(f.retention.kept()), finished_with_weights)
+    timeline = R.check_witness_timeline(
+        witness.timeline_problems(f.acc.t0, f.acc.end, issued_at, th["witness_tolerance_s"],
+                                  th["witness_duration_relative"]), checked, th)
+    return [token, receipts, coverage, retention, timeline]
 
-    for c in checks:
-        c["measured"] = _json_safe(c["measured"])
-    integrity_ok = R.all_passed(checks, "integrity")
-    valid = R.all_passed(checks, "validity")
+
+def _fill_report(report: dict[str, Any], checks: list[dict[str, Any]], f: _Folded, hw: hardware.Hardware,
+                 peak: float | None) -> None:
+    """The report's fields from the checks and the fold."""
+    series, replay, retention, seen = f.series, f.replay, f.retention, f.seen
     report.update({
-        "integrity_ok": integrity_ok,
+        "integrity_ok": R.all_passed(checks, "integrity"),
         "score_ops": series.score,
         "regulated_score_ops": series.regulated,
         "max_accuracy": series.max_accuracy,
         "duration_s": series.duration_s,
-        "trials_finished": acc.trials_finished,
-        "epochs": len(acc.table),
+        "trials_finished": f.acc.trials_finished,
+        "epochs": len(f.acc.table),
         "checks": checks,
         "division": "official" if R.official(checks) else "open",
         "series": series.points,
-        "valid": valid,
+        "valid": R.all_passed(checks, "validity"),
         "stable": R.all_passed(checks, "stability"),
         "plausible": R.all_passed(checks, "plausibility"),
         "rejected": bool(R.blocking(checks)),
@@ -314,14 +378,13 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                    "describe": hw.describe(),
                    # What the trials ran on, and a note (never a failed check) where it is not the registration's.
                    "accelerators_seen": seen.ranks, "accelerators_not_registered": seen.not_registered(hw)},
-        "epoch_fingerprints": fingerprints.digests,
+        "epoch_fingerprints": f.fingerprints.digests,
         "kept_weights": {t: {"sha256": sha, "epoch": replay.trials[t].last_epoch,
                              "val_accuracy": replay.trials[t].last_accuracy,
                              "images_evaluated": replay.trials[t].last_evaluated}
                          for t, sha in retention.kept().items()},
         "best_trial": retention.best_trial(),
     })
-    return Verified(report, replay, run_dir)
 
 
 def _dict(v: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The service as a witness of a run (DESIGN section 8, layer 2): run tokens, receipts, `witness.*`.
+"""The service as a witness of a run (docs/design.md section 7, layer 2): run tokens, receipts, `witness.*`.
 
 - A **run token** is a statement the service signs with its witness key when a site asks to start
   a run: the run id it picked, the site, the system and what the run will be (preset, rules,
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
-from .audit import Findings
+from .logaudit import Findings
 from .replay import Attempt, Replay, TrialState
 
 TOKEN_KIND = "aiperf-run-token/1"

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner import stagedata
-from aiperf_runner.privacy import read_private
+from aiperf_runner.data import staging as stagedata
+from aiperf_runner.rundir.privacy import read_private
 from aiperf_runner.spec.bundle import LOCAL_DIR
+from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.graph import Graph
 
 from .data import DataSpec
 
 
-class TrialError(RuntimeError):
+class TrialError(AiperfError, RuntimeError):
     """A trial that cannot run as configured (bad files, inconsistent resume state)."""
 
 
@@ -41,7 +42,7 @@ class TrialConfig:
     dropout: float
     channels_last: bool | None = None  # None: on (faster on CUDA and, with oneDNN, on CPU too)
     lr_scaling: dict[str, Any] | None = None  # {rule, reference_batch, warmup_epochs}: lrscale.py; None: unscaled
-    cpu_bind: bool = True  # pin ranks and data-loader workers to their cores (cpubind.py)
+    cpu_bind: bool = True  # pin ranks and data-loader workers to their cores (util/cpubind.py)
     hparams: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -8,7 +8,7 @@ device (`Normalizer`), which keeps host-to-device copies 4x smaller and the data
 In-memory datasets (`smoke`, `fashion-mnist`) are batched by `TensorLoader` with one `index_select`
 per batch; fashion-mnist's training batches are augmented there, whole batches at once
 (`CropFlip`: random crop with zero padding, horizontal flip). Its arrays are memory-mapped from the
-decoded cache of `aiperf_runner.idxdata`, so the processes of a trial share one copy.
+decoded cache of `aiperf_runner.data.idx`, so the processes of a trial share one copy.
 
 Sharding across the processes of a data-parallel trial:
 
@@ -18,7 +18,7 @@ Sharding across the processes of a data-parallel trial:
 - validation: `ExactShardSampler` splits the indices without padding or duplicates (rank r gets
   r, r+W, r+2W, ...), so summing the per-rank counts gives exactly the validation set's size.
 
-With `run --stage-data` (stagedata.py) the data root is the node's staged copy, and ImageFolder
+With `run --stage-data` (data/staging.py) the data root is the node's staged copy, and ImageFolder
 datasets take their classes and samples from the run's index (indexed_folder.py) instead of
 scanning the tree in every process.
 
@@ -45,7 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from aiperf_runner import idxdata
+from aiperf_runner.data import idx as idxdata
+from aiperf_runner.spec.errors import AiperfError
 
 DATASETS = ("smoke", "fashion-mnist", "cifar", "imagenet")
 
@@ -61,7 +62,7 @@ MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 SMOKE_DEFAULTS = {"train_images": 4000, "val_images": 2000, "classes": 10, "image_size": 32}
 
 
-class DataError(ValueError):
+class DataError(AiperfError, ValueError):
     """A dataset that cannot be used (missing directory, wrong class count, ...)."""
 
 
@@ -370,7 +371,7 @@ class DataSpec:
     seed: int = 0  # smoke generation seed (the run's dataset, not the trial's seed)
     channels: int = 3
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
-    index: str | None = None  # ImageFolder: the run's data index (stagedata.py), read instead of scanning the tree
+    index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
 
     @classmethod
     def from_trial(cls, trial: dict[str, Any]) -> DataSpec:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
-from aiperf_runner.hostlist import HostlistError, expand_hostlist
+from aiperf_runner.util.hostlist import HostlistError, expand_hostlist
 
 from .config import TrialError
 

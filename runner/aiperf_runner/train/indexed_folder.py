@@ -1,5 +1,5 @@
 """`IndexedImageFolder`: an ImageFolder whose classes and samples come from the run's data index
-(stagedata.py) instead of a scan of the tree.
+(data/staging.py) instead of a scan of the tree.
 
 With `run --stage-data` the controller scans the data root once; every trial process then builds
 its datasets from that list (same classes, same samples in the same order as ImageFolder's own

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+from aiperf_runner.spec.peaks import PRECISIONS
 
 _AUTOCAST_DTYPE = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

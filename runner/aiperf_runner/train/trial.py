@@ -20,7 +20,7 @@ The loop follows torchvision's classification reference: SGD with momentum 0.9, 
 label smoothing, a learning rate scaled linearly with the global batch and decayed (cosine, per
 iteration, after a linear warm-up) over the trial's own epoch budget (lrscale.py), evaluation on the whole validation set every epoch, early
 stopping on validation loss. Each rank and its data-loader workers are pinned to the cores
-nearest its device (cpubind.py; trial.json `cpu_bind`). Per step the loop does no host-device synchronisation: losses are
+nearest its device (util/cpubind.py; trial.json `cpu_bind`). Per step the loop does no host-device synchronisation: losses are
 summed on the device and read once per epoch.
 """
 
@@ -42,14 +42,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from aiperf_runner.checkpoints import CHECKPOINT, drop
-from aiperf_runner.privacy import run_masker
+from aiperf_runner.rundir.checkpoints import CHECKPOINT, drop
+from aiperf_runner.rundir.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
+from aiperf_runner.spec.records import EpochEnd
 from aiperf_runner.spec.replay import Replay
+from aiperf_runner.util.cpubind import bind_rank, format_cpulist, worker_init
 
 from .builder import build_module
 from .config import TrialConfig, TrialError
-from .cpubind import bind_rank, format_cpulist, worker_init
 from .data import DataSpec, Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
 from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port, listening_socket
@@ -208,7 +209,7 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
             try:
                 if writer is None:
                     writer = EventWriter(trial_dir / EVENTS)
-                # Masked as written (this log is signed and published): see privacy.py.
+                # Masked as written (this log is signed and published): see rundir/privacy.py.
                 masker = run_masker(trial_dir.parent.parent)
                 writer.append("trial_error", trial=trial_id, attempt=attempt,
                               error=masker.text(f"{type(exc).__name__}: {exc}")[:2000])
@@ -230,7 +231,7 @@ def run_trial(trial_dir: Path, attempt: int, denv: DistEnv, *, raise_on_worker: 
 
 
 def _bind_cpus(cfg: TrialConfig, denv: DistEnv, device: torch.device) -> list[int] | None:
-    """Pin this rank to its cores (cpubind.py); None when binding is off or left to srun."""
+    """Pin this rank to its cores (util/cpubind.py); None when binding is off or left to srun."""
     if not cfg.cpu_bind or denv.source == "slurm":
         return None  # srun started every rank itself: its --cpu-bind owns placement
     cpus, node = bind_rank(denv.local_rank, denv.local_world_size, device.type == "cuda")
@@ -244,39 +245,94 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
            writer: EventWriter | None, cpus: list[int] | None = None,
            budget: int | None = None) -> dict[str, Any] | None:
     is_main = denv.rank == 0
-    ckpt_path = trial_dir / CHECKPOINT
     log = print if is_main else (lambda *a, **k: None)
-
-    # Where are we? Rank 0 reads the log and decides; everyone follows.
-    ckpt = load_checkpoint(ckpt_path)
-    status = 0  # 0 = train, 1 = already finished, 2 = inconsistent
-    if is_main:
-        logged, finished = _logged_state(trial_dir / EVENTS, cfg.trial)
-        done = int(ckpt["progress"]["epoch"]) if ckpt else 0
-        if finished:
-            status = 1
-        elif logged > done:
-            status = 2
-        elif ckpt and done > logged and done == logged + 1:
-            # Crashed between saving the checkpoint and logging its epoch: log it now, once.
-            assert writer is not None
-            writer.append("epoch_end", **ckpt["epoch_record"])
-        elif ckpt and done > logged + 1:
-            status = 2
-    status = broadcast_int(status, denv, device)
-    if status == 1:
-        log(f"trial {cfg.trial}: already finished (trial_result logged); nothing to do", flush=True)
-        if is_main and ckpt_path.exists():
-            ckpt_path.unlink()
+    ckpt = load_checkpoint(trial_dir / CHECKPOINT)
+    if not _resume(cfg, trial_dir, ckpt, denv, device, writer, log):
         return {}
-    if status == 2:
+    precision = setup_precision(cfg.precision, device)
+    _configure_device(denv, device, cpus, budget)
+    # channels_last: tensor cores on CUDA; on CPU oneDNN's convolutions run 20-35 % faster with it
+    # (small ResNets, one thread; bench/harness_overhead.py --preset fashion-mnist prints both).
+    channels_last = cfg.channels_last if cfg.channels_last is not None else True
+    model, scaling, run, progress = _build(cfg, attempt, denv, device, precision, channels_last, cpus, ckpt, log)
+    del ckpt
+    log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
+        f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device ({scaling.global_batch} global), lr "
+        f"{scaling.peak_lr:g} ({scaling.rule} scaling of {cfg.lr:g}, warm-up {scaling.warmup_epochs:g} epochs), "
+        f"train {run.data.train_size} / val {run.data.val_size} images", flush=True)
+    lr_record: dict[str, Any] | None = scaling.record()  # for the attempt's first epoch
+    accelerators: dict[str, int] | None = accelerator_models(denv, device)  # for the attempt's first epoch
+
+    while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
+        epoch = progress.epoch + 1
+        _seed_everything(cfg.seed * 1_000_003 + denv.rank * 7919 + epoch)  # dropout, augmentation
+        m = _train_and_evaluate(run, model, epoch, denv, device)
+        _update_progress(progress, epoch, m.accuracy, m.val_loss, cfg.patience)
+        record = EpochEnd(trial=cfg.trial, attempt=attempt, epoch=epoch, images_trained=m.images_trained,
+                          images_evaluated=m.images_evaluated, val_accuracy=m.accuracy,
+                          val_loss=m.val_loss if math.isfinite(m.val_loss) else None, started_at=m.started_at,
+                          ended_at=m.ended_at, seconds=m.seconds, accelerators=accelerators or None,
+                          lr_scaling=lr_record or None).as_event()
+        accelerators = lr_record = None
+        if is_main:
+            save_checkpoint(trial_dir / CHECKPOINT, {
+                "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
+                "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
+                "scaler": run.scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
+                "world_size": denv.world_size})
+            assert writer is not None
+            writer.append("epoch_end", **record)
+        log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {m.train_loss:.4f}, val loss {m.val_loss:.4f}, "
+            f"val acc {m.accuracy:.4f}, {m.images_trained} trained / {m.images_evaluated} evaluated in "
+            f"{m.seconds:.1f} s ({m.images_trained / max(m.seconds, 1e-9):.0f} img/s)", flush=True)
+    return _finish(cfg, trial_dir, attempt, is_main, progress, model, writer, log)
+
+
+_TRAIN, _FINISHED, _INCONSISTENT = 0, 1, 2  # what _resume_status finds (broadcast to every rank)
+
+
+def _resume(cfg: TrialConfig, trial_dir: Path, ckpt: dict[str, Any] | None, denv: DistEnv, device: torch.device,
+            writer: EventWriter | None, log: Any) -> bool:
+    """Where the trial stands: rank 0 reads the log and decides, everyone follows. False when it
+    is already finished (nothing to do); TrialError where resuming would train an epoch twice or the
+    checkpoint is another trial's."""
+    status = _resume_status(cfg, trial_dir, ckpt, writer) if denv.rank == 0 else _TRAIN
+    status = broadcast_int(status, denv, device)
+    ckpt_path = trial_dir / CHECKPOINT
+    if status == _FINISHED:
+        log(f"trial {cfg.trial}: already finished (trial_result logged); nothing to do", flush=True)
+        if denv.rank == 0 and ckpt_path.exists():
+            ckpt_path.unlink()
+        return False
+    if status == _INCONSISTENT:
         raise TrialError(f"{trial_dir / EVENTS} has epochs the checkpoint does not (checkpoint missing or "
                          "stale): resuming would train and count them twice")
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT or ckpt.get("arch_hash") != cfg.graph.hash():
             raise TrialError(f"{ckpt_path} belongs to another trial or format")
+    return True
 
-    precision = setup_precision(cfg.precision, device)
+
+def _resume_status(cfg: TrialConfig, trial_dir: Path, ckpt: dict[str, Any] | None,
+                   writer: EventWriter | None) -> int:
+    """Rank 0: train, already finished (trial_result logged) or inconsistent (the log and the
+    checkpoint disagree)."""
+    logged, finished = _logged_state(trial_dir / EVENTS, cfg.trial)
+    done = int(ckpt["progress"]["epoch"]) if ckpt else 0
+    if finished:
+        return _FINISHED
+    if logged > done:
+        return _INCONSISTENT
+    if ckpt and done > logged and done == logged + 1:
+        # Crashed between saving the checkpoint and logging its epoch: log it now, once.
+        assert writer is not None
+        writer.append("epoch_end", **EpochEnd(**ckpt["epoch_record"]).as_event())
+    elif ckpt and done > logged + 1:
+        return _INCONSISTENT
+    return _TRAIN
+
+
+def _configure_device(denv: DistEnv, device: torch.device, cpus: list[int] | None, budget: int | None) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     if device.type == "cpu":
@@ -292,10 +348,25 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
             torch.set_num_threads(max(1, env_threads // denv.local_world_size if env_threads else share))
         elif not env_threads:
             torch.set_num_threads(max(1, share))
-    # channels_last: tensor cores on CUDA; on CPU oneDNN's convolutions run 20-35 % faster with it
-    # (small ResNets, one thread; bench/harness_overhead.py --preset fashion-mnist prints both).
-    channels_last = cfg.channels_last if cfg.channels_last is not None else True
 
+
+@dataclass
+class _Run:
+    """What an attempt trains with, besides the model itself."""
+
+    ddp_model: nn.Module  # the model, wrapped for data parallelism when there is more than one process
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    schedule: CosineSchedule
+    precision: Precision
+    data: TrialData
+
+
+def _build(cfg: TrialConfig, attempt: int, denv: DistEnv, device: torch.device, precision: Precision,
+           channels_last: bool, cpus: list[int] | None, ckpt: dict[str, Any] | None,
+           log: Any) -> tuple[nn.Module, LrScaling, _Run, Progress]:
+    """The model (the checkpoint's, if any), its optimizer, learning rate and data."""
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = build_module(cfg.graph, num_classes=cfg.data.num_classes, dropout=cfg.dropout)
     model.to(device)
@@ -316,7 +387,6 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         scaler.load_state_dict(ckpt["scaler"])
         progress = Progress(**ckpt["progress"])
         log(f"trial {cfg.trial} attempt {attempt}: resuming after epoch {progress.epoch}", flush=True)
-    del ckpt
 
     ddp_model: nn.Module = model
     if denv.world_size > 1:
@@ -326,64 +396,63 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
                       device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
                       channels_last=channels_last, worker_init_fn=worker_init(cpus or ()),
                       workers=default_workers(1) if cpus else None)  # the rank's own share of CPUs
-    log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
-        f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device ({scaling.global_batch} global), lr "
-        f"{scaling.peak_lr:g} ({scaling.rule} scaling of {cfg.lr:g}, warm-up {scaling.warmup_epochs:g} epochs), "
-        f"train {data.train_size} / val {data.val_size} images", flush=True)
-    lr_record: dict[str, Any] | None = scaling.record()  # for the attempt's first epoch
-    accelerators: dict[str, int] | None = accelerator_models(denv, device)  # for the attempt's first epoch
+    return model, scaling, _Run(ddp_model, criterion, optimizer, scaler, schedule, precision, data), progress
 
-    while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
-        epoch = progress.epoch + 1
-        _seed_everything(cfg.seed * 1_000_003 + denv.rank * 7919 + epoch)  # dropout, augmentation
-        started_at = time.time()
-        t0 = time.perf_counter()
-        totals = train_one_epoch(ddp_model, criterion, optimizer, data, precision, scaler, schedule, epoch, device)
-        train_sums = all_sum(torch.stack([totals.loss_sum.double(),
-                                           torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
-                              denv)
-        if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
-            sync_buffers(model)
-        val = all_sum(evaluate(model, data, precision, device), denv).tolist()
-        train = train_sums.tolist()
-        ended_at = time.time()
-        seconds = time.perf_counter() - t0
 
-        images_trained, images_evaluated = int(round(train[1])), int(round(val[0]))
-        accuracy = val[1] / images_evaluated if images_evaluated else 0.0
-        val_loss = val[2] / images_evaluated if images_evaluated else math.inf
-        train_loss = train[0] / images_trained if images_trained else math.nan
-        progress.epoch = epoch
-        progress.best_accuracy = max(progress.best_accuracy, accuracy)
-        if math.isfinite(val_loss) and val_loss < progress.best_loss:
-            progress.best_loss, progress.bad_epochs = val_loss, 0
-        else:
-            progress.bad_epochs += 1
-        if not math.isfinite(val_loss):
-            progress.stop_reason = "early_stop"  # diverged: no later epoch can recover
-        elif cfg.patience is not None and progress.bad_epochs >= cfg.patience:
-            progress.stop_reason = "early_stop"
+@dataclass
+class _Measured:
+    """One epoch's figures, summed over the ranks."""
 
-        record = {"trial": cfg.trial, "attempt": attempt, "epoch": epoch, "images_trained": images_trained,
-                  "images_evaluated": images_evaluated, "val_accuracy": accuracy,
-                  "val_loss": val_loss if math.isfinite(val_loss) else None,
-                  "started_at": started_at, "ended_at": ended_at, "seconds": seconds}
-        if accelerators:
-            record["accelerators"], accelerators = accelerators, None
-        if lr_record:
-            record["lr_scaling"], lr_record = lr_record, None
-        if is_main:
-            save_checkpoint(trial_dir / CHECKPOINT, {
-                "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
-                "world_size": denv.world_size})
-            assert writer is not None
-            writer.append("epoch_end", **record)
-        log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
-            f"val acc {accuracy:.4f}, {images_trained} trained / {images_evaluated} evaluated in {seconds:.1f} s "
-            f"({images_trained / max(seconds, 1e-9):.0f} img/s)", flush=True)
+    started_at: float
+    ended_at: float
+    seconds: float
+    images_trained: int
+    images_evaluated: int
+    accuracy: float
+    val_loss: float  # inf when nothing was evaluated
+    train_loss: float  # nan when nothing was trained
 
+
+def _train_and_evaluate(run: _Run, model: nn.Module, epoch: int, denv: DistEnv, device: torch.device) -> _Measured:
+    """Train one epoch and evaluate the whole validation set, on every rank."""
+    started_at = time.time()
+    t0 = time.perf_counter()
+    totals = train_one_epoch(run.ddp_model, run.criterion, run.optimizer, run.data, run.precision, run.scaler,
+                             run.schedule, epoch, device)
+    train_sums = all_sum(torch.stack([totals.loss_sum.double(),
+                                       torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
+                         denv)
+    if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
+        sync_buffers(model)
+    val = all_sum(evaluate(model, run.data, run.precision, device), denv).tolist()
+    train = train_sums.tolist()
+    ended_at = time.time()
+    seconds = time.perf_counter() - t0
+
+    images_trained, images_evaluated = int(round(train[1])), int(round(val[0]))
+    accuracy = val[1] / images_evaluated if images_evaluated else 0.0
+    val_loss = val[2] / images_evaluated if images_evaluated else math.inf
+    train_loss = train[0] / images_trained if images_trained else math.nan
+    return _Measured(started_at, ended_at, seconds, images_trained, images_evaluated, accuracy, val_loss, train_loss)
+
+
+def _update_progress(progress: Progress, epoch: int, accuracy: float, val_loss: float, patience: int | None) -> None:
+    """The epoch counted, and early stopping on validation loss (a diverged loss stops at once)."""
+    progress.epoch = epoch
+    progress.best_accuracy = max(progress.best_accuracy, accuracy)
+    if math.isfinite(val_loss) and val_loss < progress.best_loss:
+        progress.best_loss, progress.bad_epochs = val_loss, 0
+    else:
+        progress.bad_epochs += 1
+    if not math.isfinite(val_loss):
+        progress.stop_reason = "early_stop"  # diverged: no later epoch can recover
+    elif patience is not None and progress.bad_epochs >= patience:
+        progress.stop_reason = "early_stop"
+
+
+def _finish(cfg: TrialConfig, trial_dir: Path, attempt: int, is_main: bool, progress: Progress, model: nn.Module,
+            writer: EventWriter | None, log: Any) -> dict[str, Any]:
+    """The trial's result: the final weights saved and `trial_result` logged (rank 0)."""
     reason = progress.stop_reason or "budget"
     result: dict[str, Any] = {"trial": cfg.trial, "attempt": attempt, "epochs": progress.epoch,
                               "best_accuracy": progress.best_accuracy, "reason": reason}

@@ -1,5 +1,5 @@
 """A trial's final weights: saved as safetensors (never a pickle: the service loads files from
-outside), with the SHA-256 that the trial's result and the log record (DESIGN section 8, layer 3)."""
+outside), with the SHA-256 that the trial's result and the log record (docs/design.md section 7, layer 3)."""
 
 from __future__ import annotations
 

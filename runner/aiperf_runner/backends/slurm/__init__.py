@@ -21,14 +21,17 @@ One node per slot: the script runs the trial program itself (`--nproc K` process
 device). Several nodes per slot: `srun` starts one `torchrun` per node, which meet through a c10d
 rendezvous on the first node of the job (its NodeAddr), and the trial joins that process group.
 
-Options (keyword arguments, from `aiperf-runner run --backend slurm ...`): `partition`, `account`,
+Options (keyword arguments, from `aiperf-runner run --backend slurm ...`; declared in options.py,
+`SlurmOptions`): `partition`, `account`,
 `reservation`, `qos`, `constraint` (placement.py: applied to sinfo, the probe and every job), `prologue`, `wrap`,
 `trial_python` (launcher.py), `nodes_per_slot` (1), `gpus_per_node` (0: CPU), `time_limit` (sbatch --time), `slots` (cap on the
 number of slots; default: every usable node of the partition), `devices_per_slot` (CPU processes
-per slot when `gpus_per_node` is 0), `exclusive` (True: one trial per node; False: jobs share
-nodes and `slots` says how many run at once), `start_wait_s`, `probe`, `probe_timeout_s`, `extra_sbatch_args`.
+per slot when `gpus_per_node` is 0), `exclusive` (True: one trial per node, with all of its memory,
+`--mem=0`, unless `extra_sbatch_args` give a memory option; False: jobs share nodes and `slots` says
+how many run at once), `start_wait_s` (0: a launch does not wait for its job to start),
+`shutdown_wait_s`, `probe`, `probe_timeout_s`, `extra_sbatch_args`.
 
-The package: commands.py (running sbatch/squeue/scancel/sinfo/sacct and reading what they print, job
+The package: options.py (the declared options of both backends), commands.py (running sbatch/squeue/scancel/sinfo/sacct and reading what they print, job
 states), placement.py (partition, reservation, QOS, constraint: usable nodes and the probe), launcher.py
 (prologue and wrapper), steps.py (the `slurm-steps` backend: trials as job steps of the allocation
 the controller runs in), script.py (the batch script), backend.py (`SlurmBackend` and `SlurmHandle`). The entry

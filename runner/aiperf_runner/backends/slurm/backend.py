@@ -2,8 +2,10 @@
 
 `SlurmBackend` finds the slots in the partition (sinfo), submits each attempt's batch script
 (script.py) with sbatch, answers every handle's poll from one squeue call, and cancels what is left
-at shutdown or after a killed controller. `SlurmHandle.poll` decides how an attempt ended: the exit
-file the script's EXIT trap writes first, SLURM's state (commands.py) for why it ended without one.
+at shutdown or after a killed controller: one `scancel` for all of them (attempts cancelled
+together, as the controller's stop cancels every running one, share one too). `SlurmHandle.poll`
+decides how an attempt ended: the exit file the script's EXIT trap writes first, SLURM's state
+(commands.py) for why it ended without one.
 The controller is told of an attempt's new log lines and exit file by `wait_changed` (filewatch.py:
 stat with back-off, as the job writes them on another node), and of every attempt once per squeue
 interval, so that its poll sees what squeue said.
@@ -16,21 +18,24 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
 from aiperf_runner.backends.filewatch import FileWatch
-from aiperf_runner.hostlist import HostlistError, expand_hostlist
 from aiperf_runner.spec.runio import EVENTS
+from aiperf_runner.util.hostlist import HostlistError, expand_hostlist
 
 from .commands import (
     ACTIVE_STATES,
     FAILURE_REASONS,
     SlurmError,
     describe_state,
+    failed_nodes,
     parse_squeue,
     run_slurm,
     scancel,
@@ -38,15 +43,19 @@ from .commands import (
     slurm_version,
 )
 from .launcher import Launcher
+from .options import EXIT_FILE_GRACE_S, SQUEUE_INTERVAL_S, SlurmOptions
 from .placement import Placement, apply_probe, run_probe, usable_nodes
-from .script import exclude_args, job_argv, job_path, render_batch_script
+from .script import exclude_args, job_argv, job_path, memory_args, render_batch_script
 
 JOB_PREFIX = "aiperf"
 CANCELLED_STATUS = -15  # what poll() returns for an attempt cancelled through cancel()
-# One squeue call, for every job of the run, answers all polls for this long (option `squeue_interval_s`).
-# A trial's end is seen sooner through its exit file; squeue only says why a job ended without one.
-SQUEUE_INTERVAL_S = 5.0
-EXIT_FILE_GRACE_S = 30.0  # a shared filesystem may show the exit file a little after the job ends
+# Attempts cancelled within this long of the first share its scancel (the controller's stop cancels
+# every running attempt in one pass: one call for hundreds of jobs, not one each).
+CANCEL_BATCH_S = 0.1
+# At shutdown, a job still queued or running this long after its scancel is cancelled again (that
+# scancel was lost); one being killed (COMPLETING) is only waited for.
+RECANCEL_AFTER_S = 5.0
+__all__ = ["CANCELLED_STATUS", "EXIT_FILE_GRACE_S", "JOB_PREFIX", "SQUEUE_INTERVAL_S", "SlurmBackend", "SlurmHandle"]
 
 
 class SlurmHandle(TrialHandle):
@@ -149,26 +158,24 @@ class SlurmHandle(TrialHandle):
         return self._done(1, f"SLURM job {self.job_id} vanished without an exit status")
 
     def cancel(self) -> None:
+        """Over at once for poll(); the job's scancel is the backend's, shared with the attempts
+        cancelled right after this one (`SlurmBackend.cancel_soon`)."""
         if self._returncode is not None or self.poll() is not None:
             return
-        for attempt in range(3):
-            try:
-                run_slurm(["scancel", self.job_id])
-                break
-            except SlurmError as exc:
-                # scancel also fails for a job that is already ending or over: then all is well.
-                info = self.backend.job_info(self.job_id, fresh=True)
-                if info is not None and (info["state"] not in ACTIVE_STATES or info["state"] == "COMPLETING"):
-                    break
-                if attempt == 2:
-                    raise SlurmError(f"could not cancel SLURM job {self.job_id}: {exc}") from exc
-                time.sleep(1.0)
+        self.backend.cancel_soon(self.job_id)
         self._done(CANCELLED_STATUS, "cancelled by the runner (scancel)")
 
     def describe_failure(self) -> str:
         if self._returncode in (None, 0):
             return ""
         return f"{self._reason or f'exit status {self._returncode}'} [SLURM job {self.job_id}]"
+
+    def lost_node(self) -> str | None:
+        """After SLURM ended the job for a node failure: the node of the job that it reports down."""
+        if self._reason != FAILURE_REASONS["NODE_FAIL"]:
+            return None
+        down = failed_nodes(self.nodes)
+        return down[0] if down else None
 
 
 # ---- the backend --------------------------------------------------------------------------------------
@@ -178,37 +185,33 @@ class SlurmBackend(Backend):
     """Trials as SLURM batch jobs; see the module docstring."""
 
     name = "slurm"
+    options_class = SlurmOptions
+    options: SlurmOptions
 
-    def __init__(self, run_dir: Path, partition: str | None = None, account: str | None = None,
-                 nodes_per_slot: int = 1, gpus_per_node: int = 0, time_limit: str | None = None,
-                 slots: int | None = None, **options: Any) -> None:
-        super().__init__(run_dir, partition=partition, account=account, nodes_per_slot=nodes_per_slot,
-                         gpus_per_node=gpus_per_node, time_limit=time_limit, slots=slots, **options)
-        self.partition = partition or None
-        self.account = account or None
-        self.nodes_per_slot = positive_int_option(self.options, "nodes_per_slot") or 1
-        self.gpus_per_node = int(gpus_per_node or 0)
-        self.time_limit = str(time_limit) if time_limit else None
+    def __init__(self, run_dir: Path, **options: Any) -> None:
+        super().__init__(run_dir, **options)
+        opts = self.options
+        self.partition = opts.partition
+        self.account = opts.account
+        self.nodes_per_slot = opts.nodes_per_slot
+        self.gpus_per_node = opts.gpus_per_node
+        self.time_limit = opts.time_limit
         self.max_slots = self.requested_slots
-        self.exclusive = bool(options.get("exclusive", True))
+        self.exclusive = opts.exclusive
         if self.gpus_per_node > 0:
             self.devices_per_node = self.gpus_per_node
         else:
             self.devices_per_node = max(1, self.devices_per_slot // self.nodes_per_slot)
-        self.start_wait_s = float(options.get("start_wait_s", 10.0))
-        self.squeue_interval_s = float(options.get("squeue_interval_s", SQUEUE_INTERVAL_S))
-        self.exit_file_grace_s = float(options.get("exit_file_grace_s", EXIT_FILE_GRACE_S))
-        self.shutdown_wait_s = float(options.get("shutdown_wait_s", 30.0))
-        self.probe = bool(options.get("probe", True))
-        self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
-        extra = options.get("extra_sbatch_args") or ()
-        self.extra_sbatch_args = (extra,) if isinstance(extra, str) else tuple(extra)
-        self.launcher = Launcher.from_options(self.run_dir, options)
-        self.placement = Placement(partition=self.partition, account=self.account,
-                                   reservation=options.get("reservation") or None, qos=options.get("qos") or None,
-                                   constraint=options.get("constraint") or None, extra=self.extra_sbatch_args)
-        if self.gpus_per_node < 0:
-            raise ValueError("gpus_per_node must be 0 or more")
+        self.start_wait_s = opts.start_wait_s
+        self.squeue_interval_s = opts.squeue_interval_s
+        self.exit_file_grace_s = opts.exit_file_grace_s
+        self.shutdown_wait_s = opts.shutdown_wait_s
+        self.probe = opts.probe
+        self.probe_timeout_s = opts.probe_timeout_s
+        self.extra_sbatch_args = opts.extra_sbatch_args
+        self.launcher = Launcher.from_options(self.run_dir, opts)
+        self.placement = Placement(partition=self.partition, account=self.account, reservation=opts.reservation,
+                                   qos=opts.qos, constraint=opts.constraint, extra=self.extra_sbatch_args)
         self._nodes: list[dict[str, Any]] | None = None
         self._partition_name: str | None = None
         self._slots: list[Slot] | None = None
@@ -221,6 +224,9 @@ class SlurmBackend(Backend):
         self._placement_notes: dict[str, Any] = {}
         self._excluded: list[str] = []  # nodes no job of the run may land on any more (exclude_node)
         self._lost: set[int] = set()  # slots given up for them
+        self._cancel_lock = threading.Lock()
+        self._to_cancel: set[str] = set()  # job ids of cancelled attempts whose scancel is still to come
+        self._cancel_timer: threading.Timer | None = None  # the latest one (it issues that scancel)
 
     # ---- the partition ----
     def partition_nodes(self) -> list[dict[str, Any]]:
@@ -245,8 +251,7 @@ class SlurmBackend(Backend):
                                  f"a slot needs {self.nodes_per_slot}")
             # Nominal nodes: which node a job lands on is the scheduler's choice (see TrialHandle.nodes).
             self._slots = [
-                Slot(index=i,
-                     nodes=tuple(usable[(i * self.nodes_per_slot + k) % len(usable)] for k in range(self.nodes_per_slot)),
+                Slot(index=i, nodes=self._spread(usable, i),
                      devices_per_node=self.devices_per_node,
                      device_type="cuda" if self.gpus_per_node > 0 else "cpu")
                 for i in range(count)
@@ -309,7 +314,7 @@ class SlurmBackend(Backend):
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed no job id: {out.strip()!r}")
         prefix.with_name(prefix.name + ".jobid").write_text(job_id + "\n")
-        handle = SlurmHandle(self, spec, slot, job_id, prefix)
+        handle = SlurmHandle(self, spec, self._nominal(slot), job_id, prefix)
         self.track(handle)
         self._wait_started(handle)
         return handle
@@ -327,6 +332,21 @@ class SlurmBackend(Backend):
         lost = set(sorted(active, key=lambda i: (i not in free, -i))[:max(0, len(active) - room)])
         self._lost |= lost
         return lost
+
+    def _nominal(self, slot: Slot) -> Slot:
+        """The slot with nominal nodes the run still uses: a slot kept after one of its nodes was
+        excluded has its jobs placed elsewhere (`--exclude`), so it does not name that node."""
+        if not set(slot.nodes) & set(self._excluded):
+            return slot
+        usable = [n["name"] for n in self.partition_nodes() if n["usable"] and n["name"] not in self._excluded]
+        if len(usable) < self.nodes_per_slot:
+            return slot
+        active = [s.index for s in self.slots() if s.index not in self._lost]
+        return replace(slot, nodes=self._spread(usable, active.index(slot.index) if slot.index in active else slot.index))
+
+    def _spread(self, usable: list[str], position: int) -> tuple[str, ...]:
+        """The nominal nodes of the slot at `position`: the next `nodes_per_slot` of `usable`, round."""
+        return tuple(usable[(position * self.nodes_per_slot + k) % len(usable)] for k in range(self.nodes_per_slot))
 
     def _wait_started(self, handle: SlurmHandle) -> None:
         """Give the scheduler a moment to start the job, so that `handle.nodes` are the real ones:
@@ -422,29 +442,61 @@ class SlurmBackend(Backend):
         return {j: info for j, info in parse_squeue(text).items()
                 if info["name"].startswith(prefix) and info["state"] in ACTIVE_STATES}
 
+    def cancel_soon(self, job_id: str) -> None:
+        """scancel this job within CANCEL_BATCH_S, in one call with every job cancelled meanwhile."""
+        with self._cancel_lock:
+            first = not self._to_cancel
+            self._to_cancel.add(job_id)
+            if first:
+                self._cancel_timer = threading.Timer(CANCEL_BATCH_S, self._flush_cancels)
+                self._cancel_timer.daemon = True
+                self._cancel_timer.start()
+
+    def _flush_cancels(self) -> None:
+        with self._cancel_lock:
+            ids, self._to_cancel = self._to_cancel, set()
+        scancel(ids)  # a scancel that fails leaves the jobs to the shutdown's
+
+    def _take_cancels(self) -> set[str]:
+        """The job ids still to be cancelled, their timer stopped (or, already firing, waited for)."""
+        with self._cancel_lock:
+            ids, self._to_cancel = self._to_cancel, set()
+            timer = self._cancel_timer
+        if timer is not None:
+            timer.cancel()
+            timer.join(timeout=self.shutdown_wait_s)
+        return ids
+
     def shutdown(self) -> None:
-        """Cancel every job of the run (those this backend started and any other carrying the run's
-        name prefix, e.g. left by a killed controller) and wait until the queue holds none of them."""
-        ids = set(self._live)
+        """Cancel every job of the run (those this backend started, those cancelled a moment ago,
+        and any other carrying the run's name prefix, e.g. left by a killed controller) with one
+        scancel, and wait for all of them to leave the queue, `shutdown_wait_s` at most."""
+        ids = self._take_cancels() | set(self._live)
         try:
-            ids |= set(self.run_jobs())
+            # Those being killed already (COMPLETING) need no second scancel, only the wait.
+            ids |= {j for j, info in self.run_jobs().items() if info["state"] != "COMPLETING"}
         except SlurmError:
             pass
-        if ids:
-            scancel(ids)  # the loop below cancels again what is still queued or running
+        scancel(ids)
         for handle in list(self._live.values()):
             handle._done(CANCELLED_STATUS, "cancelled by the runner (scancel) at shutdown")
-        deadline = time.monotonic() + self.shutdown_wait_s
+        self._wait_gone(time.monotonic() + self.shutdown_wait_s)
+        self._watch.close()
+
+    def _wait_gone(self, deadline: float) -> None:
+        """Until no job of the run is in the queue, or the deadline."""
+        recancel_at = time.monotonic() + RECANCEL_AFTER_S
         while time.monotonic() < deadline:
             try:
                 left = self.run_jobs()
             except SlurmError:
-                break
+                return
             if not left:
-                break
-            scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
+                return
+            if time.monotonic() >= recancel_at:
+                scancel(j for j, info in left.items() if info["state"] != "COMPLETING")
+                recancel_at = time.monotonic() + RECANCEL_AFTER_S
             time.sleep(1.0)  # a cancelled job takes up to KillWait to leave: no need to ask faster
-        self._watch.close()
 
     def reap_orphan(self, trial_dir: Path) -> str | None:
         """Cancel the jobs a killed controller left for this trial (their ids are in slurm-*.jobid)."""
@@ -496,7 +548,8 @@ class SlurmBackend(Backend):
         that fails raises SlurmError: the run stops before it starts, with the reason, rather than
         describe the controller's machine and fail its plausibility checks hours later."""
         if self._probe_facts is None:
-            args = self.placement.args() + (["--exclusive"] if self.exclusive else [])
+            args = [*self.placement.args(), *(["--exclusive"] if self.exclusive else []),
+                    *memory_args(self.exclusive, self.extra_sbatch_args)]
             self._probe_facts = run_probe(args, f"{JOB_PREFIX}.{self.tag}.probe", self.gpus_per_node, sys.executable,
                                           self.probe_timeout_s)
         return self._probe_facts

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from aiperf_runner.spec.errors import AiperfError
+
 COMMAND_TIMEOUT_S = 60.0
 
 # squeue/scontrol states of a job that still holds or waits for nodes.
@@ -39,7 +41,7 @@ USABLE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "pla
 RESERVED_STATE = "reserved"
 
 
-class SlurmError(OSError):
+class SlurmError(AiperfError, OSError):
     """A SLURM command failed (sbatch refused the job, the controller daemon is unreachable...)."""
 
 
@@ -82,8 +84,9 @@ def slurm_version() -> str | None:
 
 
 def scancel(job_ids: Iterable[str]) -> None:
-    """scancel these jobs, ignoring errors (it also fails when one of them is already over)."""
-    ids = sorted(set(job_ids), key=int)
+    """One scancel for all these jobs or steps (`JOB.STEP`), ignoring errors (it also fails when
+    one of them is already over, and still cancels the others)."""
+    ids = sorted(set(job_ids), key=lambda i: tuple(int(n) for n in re.findall(r"\d+", i)))
     if ids:
         with contextlib.suppress(SlurmError):
             run_slurm(["scancel", *ids])
@@ -99,6 +102,31 @@ def count_gpus(gres: str) -> int:
     return total
 
 
+def node_usable(state: str, usable_states: frozenset[str] = USABLE_NODE_STATES) -> bool:
+    """Whether a node in this sinfo state (`idle`, `down*`, `drained`...) takes jobs: its base state
+    is usable and it responds (`*`: not responding)."""
+    base = re.sub(r"[*~#!%$@^+-]+$", "", state.lower())
+    return base in usable_states and not state.endswith("*")
+
+
+def failed_nodes(nodes: Iterable[str]) -> list[str]:
+    """Of `nodes`, those SLURM now reports unusable (down, drained, failing, not responding), in
+    sinfo's order; [] when sinfo does not answer (a failure is then taken as the attempt's own)."""
+    names = sorted(set(nodes))
+    if not names:
+        return []
+    try:
+        text = run_slurm(["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%T"])
+    except SlurmError:
+        return []
+    found: list[str] = []
+    for line in text.splitlines():
+        name, _, state = line.strip().partition("|")
+        if name in names and name not in found and not node_usable(state, USABLE_NODE_STATES | {RESERVED_STATE}):
+            found.append(name)
+    return found
+
+
 def parse_sinfo_nodes(text: str, reserved_usable: bool = False) -> list[dict[str, Any]]:
     """Lines of `sinfo -h -N -o '%N|%T|%c|%m|%G[|%b]'` -> one dict per node (first line of each
     name); `features` from the optional sixth field (active features). `reserved` nodes are usable
@@ -111,10 +139,9 @@ def parse_sinfo_nodes(text: str, reserved_usable: bool = False) -> list[dict[str
             continue
         name, state, cpus, mem, gres = parts[:5]
         features = parts[5] if len(parts) > 5 and parts[5] != "(null)" else ""
-        base = re.sub(r"[*~#!%$@^+-]+$", "", state.lower())
         nodes[name] = {
             "name": name, "state": state.lower(),
-            "usable": base in usable_states and not state.endswith("*"),
+            "usable": node_usable(state, usable_states),
             "cpus": int(cpus) if cpus.isdigit() else 0,
             "memory_mb": int(mem) if mem.isdigit() else 0,
             "gres": gres if gres != "(null)" else "",

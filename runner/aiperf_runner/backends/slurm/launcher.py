@@ -8,20 +8,21 @@ published run holds what really ran); `run.json` records its digest. `wrap` is a
 the trial's processes (`apptainer exec --nv IMAGE`, `srun`-less pyxis wrappers...), recorded as
 words; the wrapped process's Python is `$AIPERF_TRIAL_PYTHON` (option `trial_python`, e.g. the
 container's `python3`), else the controller's. `rdzv_iface` (`--rdzv-iface`): the network interface
-whose address on a multi-node trial's first node is its rendezvous (ifaddr.py), instead of NodeAddr.
+whose address on a multi-node trial's first node is its rendezvous (util/ifaddr.py), instead of NodeAddr.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiperf_runner.spec.bundle import LOCAL_DIR
+
+from .options import SlurmCommonOptions
 
 PROLOGUE_NAME = f"{LOCAL_DIR}/slurm-prologue.sh"  # never bundled: it may name the site's modules and paths
 
@@ -35,12 +36,10 @@ class Launcher:
     rdzv_iface: str | None = None
 
     @classmethod
-    def from_options(cls, run_dir: Path, options: dict[str, Any]) -> Launcher:
-        """From the backend options `prologue` (a file), `wrap` (a string, split like a shell does,
-        or a list of words) and `trial_python`. ValueError when the prologue cannot be read."""
-        wrap = options.get("wrap") or ()
-        words = tuple(shlex.split(wrap)) if isinstance(wrap, str) else tuple(str(w) for w in wrap)
-        source = options.get("prologue") or None
+    def from_options(cls, run_dir: Path, options: SlurmCommonOptions) -> Launcher:
+        """From the backend options `prologue` (a file), `wrap` (words), `trial_python` and
+        `rdzv_iface`. ValueError when the prologue cannot be read."""
+        source = options.prologue
         copy = Path(run_dir) / PROLOGUE_NAME
         digest = None
         if source:
@@ -52,9 +51,8 @@ class Launcher:
                 except OSError as exc:
                     raise ValueError(f"--prologue {source}: {exc.strerror or exc}") from None
             digest = hashlib.sha256(copy.read_bytes()).hexdigest()
-        return cls(prologue=PROLOGUE_NAME if source else None, prologue_sha256=digest, wrap=words,
-                   trial_python=str(options.get("trial_python") or "") or None,
-                   rdzv_iface=_iface(options.get("rdzv_iface")))
+        return cls(prologue=PROLOGUE_NAME if source else None, prologue_sha256=digest, wrap=options.wrap,
+                   trial_python=options.trial_python, rdzv_iface=_iface(options.rdzv_iface))
 
     def facts(self) -> dict[str, Any]:
         """run.json `system.slurm.launcher`."""
@@ -66,11 +64,10 @@ class Launcher:
         return {"AIPERF_TRIAL_PYTHON": self.trial_python} if self.trial_python else {}
 
 
-def _iface(value: Any) -> str | None:
+def _iface(name: str | None) -> str | None:
     """An interface name as given, checked to be one (it goes into the batch script)."""
-    if not value:
+    if not name:
         return None
-    name = str(value)
     if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", name):
         raise ValueError(f"--rdzv-iface {name!r}: not a network interface name")
     return name

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from aiperf_runner.hostlist import HostlistError, expand_hostlist
+from aiperf_runner.util.hostlist import HostlistError, expand_hostlist
 
 from .commands import SlurmError, parse_sinfo_nodes, run_slurm
 
@@ -48,7 +48,7 @@ class Placement:
 
     def facts(self) -> dict[str, Any]:
         """What run.json records of the placement: whether a reservation and a QOS were used (their
-        names, like the account, stay in local/private.json: privacy.py), and the constraint."""
+        names, like the account, stay in local/private.json: rundir/privacy.py), and the constraint."""
         return {"reservation_used": bool(self.reservation), "qos_used": bool(self.qos), "constraint": self.constraint}
 
 
@@ -114,14 +114,14 @@ def usable_nodes(placement: Placement, gpus_per_node: int) -> tuple[str, list[di
 
 
 def run_probe(srun_args: list[str], name: str, gpus_per_node: int, python: str, timeout: float,
-              env: dict[str, str] | None = None) -> dict[str, Any]:
+              env: dict[str, str] | None = None, hint: str = PROBE_HINT) -> dict[str, Any]:
     """Run a one-task srun (a job, or with `env` of an allocation a step of it) with `srun_args` (the
     placement's options, `--exclusive`...) that prints what sysinfo sees there (CPU model; torch and
     the accelerators when the run uses GPUs). SlurmError with the reason when it fails, prints
     nothing, or waits past `timeout` (then it is cancelled)."""
     # torch (slow to import) only where it finds something the controller's machine may lack: GPUs.
     facts = "s.torch_facts()" if gpus_per_node > 0 else "{}"
-    code = (f"import json; from aiperf_runner import sysinfo as s; f = {facts}; "
+    code = (f"import json; from aiperf_runner.util import sysinfo as s; f = {facts}; "
             "f['cpu_model'] = s.cpu_model(); print('AIPERF_PROBE ' + json.dumps(f))")
     argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--quiet", *srun_args]
     if gpus_per_node > 0:
@@ -132,7 +132,7 @@ def run_probe(srun_args: list[str], name: str, gpus_per_node: int, python: str, 
     except SlurmError as exc:
         with contextlib.suppress(SlurmError):  # a probe still waiting in the queue
             run_slurm(["scancel", "-u", str(os.getuid()), f"--name={name}"])
-        raise SlurmError(f"the probe job failed: {str(exc)[:300]}{PROBE_HINT}") from None
+        raise SlurmError(f"the probe job failed: {str(exc)[:300]}{hint}") from None
     for line in out.splitlines():
         if line.startswith("AIPERF_PROBE "):
             try:
@@ -141,7 +141,7 @@ def run_probe(srun_args: list[str], name: str, gpus_per_node: int, python: str, 
                 break
             if isinstance(found, dict):
                 return found
-    raise SlurmError(f"the probe job gave no answer: {out.strip()[-300:]!r}{PROBE_HINT}")
+    raise SlurmError(f"the probe job gave no answer: {out.strip()[-300:]!r}{hint}")
 
 
 def apply_probe(facts: dict[str, Any], probe: dict[str, Any], gpus_per_node: int, nodes: int) -> None:

@@ -2,7 +2,7 @@
 
 Paths in it are relative to the run directory (the job's working directory) and the Python is
 `$AIPERF_PYTHON`, so that the script names nothing of the machine it was written on (the run
-directory is published). The job's nodes are written with `python -m aiperf_runner.hostlist`, not
+directory is published). The job's nodes are written with `python -m aiperf_runner.util.hostlist`, not
 `scontrol show hostnames`, which containers on compute nodes often lack.
 """
 
@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 RDZV_PORT_BASE = 29500
+# A memory option of the site's own (`--mem-bind` is not one): then no `--mem=0` of ours.
+SITE_MEMORY = re.compile(r"\s*--mem(?:-per-(?:cpu|gpu))?(?:[=\s]|$)")
 
 
 def job_path(path: Path | str, run_dir: Path) -> str:
@@ -49,6 +51,15 @@ def exclude_args(extra_sbatch_args: Sequence[str], excluded: Sequence[str]) -> l
         if found:
             site += found.group(1).split(",")
     return [f"--exclude={','.join(dict.fromkeys([*site, *excluded]))}"]
+
+
+def memory_args(exclusive: bool, extra_sbatch_args: Sequence[str]) -> list[str]:
+    """`--mem=0` for a job that takes its nodes whole: `--exclusive` gives it every CPU but only the
+    partition's default memory, and a trial runs hundreds of loader processes. Nothing when the site
+    gave its own `--mem`, `--mem-per-cpu` or `--mem-per-gpu` (extra sbatch arguments)."""
+    if not exclusive or any(SITE_MEMORY.match(arg) for arg in extra_sbatch_args):
+        return []
+    return ["--mem=0"]
 
 
 def drop_option(args: list[str], option: str) -> list[str]:
@@ -97,6 +108,7 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
     ]
     if exclusive:
         lines.append("#SBATCH --exclusive")
+    lines += [f"#SBATCH {arg}" for arg in memory_args(exclusive, extra_sbatch_args)]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     for key, value in (("account", account), ("reservation", reservation), ("qos", qos), ("constraint", constraint)):
@@ -116,7 +128,7 @@ def render_batch_script(*, job_name: str, trial_id: str, attempt: int, argv: lis
         "trap 'exit 130' INT",
         "",
         f"nodes_file={q(files_prefix + '.nodes')}",
-        f'{py} -m aiperf_runner.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"',
+        f'{py} -m aiperf_runner.util.hostlist "$SLURM_JOB_NODELIST" > "$nodes_file"',
         f'echo "aiperf: trial {trial_id} attempt {attempt}: SLURM job $SLURM_JOB_ID on'
         ' $(paste -sd, "$nodes_file") (batch on SLURMD_NODENAME=${SLURMD_NODENAME:-?})"',
         "# For a prologue and a wrapped trial: which trial, and its nodes (nothing of SLURM needed there).",
@@ -154,7 +166,7 @@ def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_
         'head_node=$(head -n 1 "$nodes_file")',
     ]
     if rdzv_iface:  # the batch script runs on the job's first node: its address on that interface
-        lines.append(f'head_addr=$("${{AIPERF_PYTHON:-python3}}" -m aiperf_runner.ifaddr {q(rdzv_iface)}) || exit 2')
+        lines.append(f'head_addr=$("${{AIPERF_PYTHON:-python3}}" -m aiperf_runner.util.ifaddr {q(rdzv_iface)}) || exit 2')
     else:  # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
         lines.append("head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | "
                      "sed -n 's/^NodeAddr=//p')")

@@ -6,21 +6,28 @@ Slots come from the allocation's node list (`SLURM_JOB_NODELIST`): one per `node
 `slots` beyond that (with one node per slot) share the nodes, their CPUs split between them. No
 trial waits in the queue: the allocation is held for the whole run, as MLPerf HPC and HPL runs are.
 The price is the one-job-per-trial backend's isolation (see docs/slurm.md): the run ends with the
-allocation.
+allocation. A node that fails takes only its steps (the allocation is `--no-kill`): a step that
+ended without its result on a node SLURM reports down loses that node's slots (`StepHandle.lost_node`).
 
 Each step is an `srun` process of the controller (its exit status is the trial's; its output goes
 to the trial's stdout.log and stderr.log). One node per slot: the step runs the trial program
 (`--nproc K`). Several: one `torchrun` per node, meeting at a c10d rendezvous on the slot's first
 node (its NodeAddr, looked up here, so nothing in the step needs the SLURM client; with
 `--rdzv-iface IFACE`, that interface's address there, looked up once per node by a one-task step
-running ifaddr.py on it). `--prologue`
+running util/ifaddr.py on it). `--prologue`
 and `--wrap` work as with the `slurm` backend (launcher.py); the step's environment has
-AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options: `nodes_per_slot`, `gpus_per_node`,
-`slots`, `devices_per_slot`, `probe`, `probe_timeout_s`, `prologue`, `wrap`, `trial_python`,
-`rdzv_iface`, `stop_wait_s`.
+AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options (`SlurmStepsOptions`, options.py):
+`nodes_per_slot`, `gpus_per_node`, `slots`, `devices_per_slot`, `probe`, `probe_timeout_s`,
+`prologue`, `wrap`, `trial_python`, `rdzv_iface`, `stop_wait_s`.
 
 A step's end is its srun's exit; its log lines are found by stat with back-off, and at once by
-inotify when the step runs on the controller's node (`wait_changed`, filewatch.py).
+inotify when the step runs on the controller's node (`wait_changed`, filewatch.py). Cancelling an
+attempt signals its srun and returns; `shutdown` cancels every step of the run with one `scancel`
+and waits for all the sruns together (`stop_wait_s`, then SIGKILL).
+
+Each step gets `--mem=0`: all of the allocation's memory on its nodes, without taking it from the
+steps that share them (a step would otherwise ask for what the allocation's environment says, e.g.
+SLURM_MEM_PER_NODE, and steps sharing a node would wait for each other).
 """
 
 from __future__ import annotations
@@ -31,25 +38,25 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
-from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle, positive_int_option
+from aiperf_runner.backends.base import Backend, LaunchSpec, Slot, TrialHandle
 from aiperf_runner.backends.filewatch import FileWatch
-from aiperf_runner.hostlist import HostlistError, expand_hostlist
 from aiperf_runner.spec.runio import EVENTS
+from aiperf_runner.util.hostlist import HostlistError, expand_hostlist
 
 from .backend import CANCELLED_STATUS, JOB_PREFIX
-from .commands import SlurmError, run_slurm, slurm_version
+from .commands import SlurmError, failed_nodes, run_slurm, scancel, slurm_version
 from .launcher import Launcher
+from .options import SlurmStepsOptions
 from .placement import apply_probe, run_probe
 from .script import drop_option, job_argv
 
 RDZV_PORT_BASE = 29500
-# Options of the one-job-per-trial backend that belong to the allocation here (sbatch/salloc's).
-ALLOCATION_OPTIONS = ("partition", "account", "reservation", "qos", "constraint", "time_limit", "extra_sbatch_args")
 
 
 def cpus_per_node(spec: str, nodes: int) -> list[int]:
@@ -68,31 +75,35 @@ def cpus_per_node(spec: str, nodes: int) -> list[int]:
 class StepHandle(TrialHandle):
     """One attempt = one job step: the `srun` process that runs it."""
 
-    def __init__(self, spec: LaunchSpec, slot: Slot, proc: subprocess.Popen[bytes], name: str, job_id: str,
-                 stop_wait_s: float) -> None:
+    def __init__(self, spec: LaunchSpec, slot: Slot, proc: subprocess.Popen[bytes], name: str, job_id: str) -> None:
         self.spec, self.slot, self.proc, self.name, self.job_id = spec, slot, proc, name, job_id
-        self.stop_wait_s = stop_wait_s
         self._cancelled = False
 
     def poll(self) -> int | None:
         rc = self.proc.poll()
-        if rc is None:
-            return None
-        return CANCELLED_STATUS if self._cancelled else rc
+        if self._cancelled:
+            return CANCELLED_STATUS
+        return rc
 
     def cancel(self) -> None:
-        """SIGTERM to srun cancels the step (SLURM kills its tasks on every node); SIGKILL after
-        `stop_wait_s` if srun is still there."""
-        if self.proc.poll() is not None:
+        """SIGTERM to srun cancels the step (SLURM kills its tasks on every node). Over at once for
+        poll(), without waiting for srun: the backend's shutdown waits for every srun together."""
+        if self._cancelled or self.proc.poll() is not None:
             return
         self._cancelled = True
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, deadline: float) -> bool:
+        """Wait for srun until `deadline` (time.monotonic()); SIGKILL it if it is still there then.
+        False when it had to be killed."""
         try:
-            self.proc.wait(timeout=self.stop_wait_s)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return True
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            return False
 
     def describe_failure(self) -> str:
         rc = self.poll()
@@ -101,19 +112,24 @@ class StepHandle(TrialHandle):
         what = "cancelled by the runner" if self._cancelled else f"exit status {rc}"
         return f"{what} [SLURM job {self.job_id}, step {self.name}]"
 
+    def lost_node(self) -> str | None:
+        """A node of the step that SLURM reports down: the step ended with it (srun waits until
+        SLURM declares the node down, and may then exit 0), and steps placed there fail at once."""
+        if self._cancelled or self.proc.poll() is None:
+            return None
+        down = failed_nodes(self.slot.nodes)
+        return down[0] if down else None
+
 
 class SlurmStepsBackend(Backend):
     """Trials as job steps of the allocation the controller runs in; see the module docstring."""
 
     name = "slurm-steps"
+    options_class = SlurmStepsOptions
+    options: SlurmStepsOptions
 
-    def __init__(self, run_dir: Path, nodes_per_slot: int = 1, gpus_per_node: int = 0, slots: int | None = None,
-                 **options: Any) -> None:
-        super().__init__(run_dir, nodes_per_slot=nodes_per_slot, gpus_per_node=gpus_per_node, slots=slots, **options)
-        given = [k for k in ALLOCATION_OPTIONS if options.get(k)]
-        if given:
-            raise ValueError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: with slurm-steps these are "
-                             "options of the allocation: give them to sbatch or salloc")
+    def __init__(self, run_dir: Path, **options: Any) -> None:
+        super().__init__(run_dir, **options)
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
         if not self.job_id or not nodelist:
@@ -124,13 +140,13 @@ class SlurmStepsBackend(Backend):
         except HostlistError as exc:
             raise SlurmError(f"cannot read SLURM_JOB_NODELIST: {exc}") from None
         self.cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(self.nodes))
-        self.nodes_per_slot = positive_int_option(self.options, "nodes_per_slot") or 1
-        self.gpus_per_node = int(gpus_per_node or 0)
+        self.nodes_per_slot = self.options.nodes_per_slot
+        self.gpus_per_node = self.options.gpus_per_node
         self.devices_per_node = self.gpus_per_node or max(1, self.devices_per_slot // self.nodes_per_slot)
-        self.probe = bool(options.get("probe", True))
-        self.probe_timeout_s = float(options.get("probe_timeout_s", 300.0))
-        self.stop_wait_s = float(options.get("stop_wait_s", 30.0))
-        self.launcher = Launcher.from_options(self.run_dir, options)
+        self.probe = self.options.probe
+        self.probe_timeout_s = self.options.probe_timeout_s
+        self.stop_wait_s = self.options.stop_wait_s
+        self.launcher = Launcher.from_options(self.run_dir, self.options)
         self._slots: list[Slot] | None = None
         self._addr: dict[str, str] = {}
         self._live: dict[str, StepHandle] = {}
@@ -181,7 +197,7 @@ class SlurmStepsBackend(Backend):
         if key not in self._addr:
             # --overlap: the node's CPUs may all be held by other slots' steps.
             out = run_slurm(["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
-                             "--job-name=aiperf-rdzv-iface", sys.executable, "-m", "aiperf_runner.ifaddr", iface],
+                             "--job-name=aiperf-rdzv-iface", sys.executable, "-m", "aiperf_runner.util.ifaddr", iface],
                             timeout=120)
             self._addr[key] = out.strip().splitlines()[-1]
         return self._addr[key]
@@ -193,7 +209,7 @@ class SlurmStepsBackend(Backend):
         argv = job_argv(spec.argv, self.run_dir)
         srun = ["srun", "--exact", f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1",
                 f"--cpus-per-task={self._cpus_per_task(slot)}", f"--nodelist={','.join(slot.nodes)}",
-                f"--job-name={self.step_name(spec)}", "--kill-on-bad-exit=1"]
+                f"--job-name={self.step_name(spec)}", "--kill-on-bad-exit=1", "--mem=0"]
         if self.gpus_per_node:
             srun.append(f"--gres=gpu:{self.gpus_per_node}")
         prefix = list(self.launcher.wrap)
@@ -225,7 +241,7 @@ class SlurmStepsBackend(Backend):
             out.flush()
             proc = subprocess.Popen(argv, cwd=self.run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        handle = StepHandle(spec, slot, proc, self.step_name(spec), self.job_id, self.stop_wait_s)
+        handle = StepHandle(spec, slot, proc, self.step_name(spec), self.job_id)
         self._live[handle.name] = handle
         self._watch.add(handle, [spec.trial_dir / EVENTS])
         return handle
@@ -254,14 +270,21 @@ class SlurmStepsBackend(Backend):
         return f"cancelled SLURM step(s) {', '.join(ids)} left by the previous controller"
 
     def shutdown(self) -> None:
-        for handle in list(self._live.values()):
+        """Cancel every step of the run at once: SIGTERM to each srun still running and one scancel
+        for all the run's steps in the allocation (those a killed controller left too); then wait
+        for the sruns together, `stop_wait_s` at most, and SIGKILL those left."""
+        running = [h for h in self._live.values() if h.proc.poll() is None]
+        for handle in running:
             handle.cancel()
+        with contextlib.suppress(SlurmError):
+            scancel(self._steps())
+        deadline = time.monotonic() + self.stop_wait_s
+        killed = [h for h in running if not h.wait_exit(deadline)]
+        if killed:  # their steps may outlive a killed srun
+            with contextlib.suppress(SlurmError):
+                scancel(self._steps())
         self._live.clear()
         self._watch.close()
-        with contextlib.suppress(SlurmError):
-            left = self._steps()
-            if left:
-                run_slurm(["scancel", *left])
 
     # ---- facts ----
     def system_facts(self) -> dict[str, Any]:

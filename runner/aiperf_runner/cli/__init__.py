@@ -1,0 +1,44 @@
+"""The `aiperf-runner` command line: one module per command (or group of commands), registered from
+the list below, and the one place an `AiperfError` becomes `error: <message>` and its exit code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from aiperf_runner.cli import estimate, flops, keys, pack, register, relay, run, status, submit, system, verify
+from aiperf_runner.spec.errors import AiperfError
+
+# Every command module, explicitly (one missing is an ImportError at startup), in the order of `--help`.
+COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, relay)
+
+
+class AiperfCommands(TyperGroup):
+    """The commands, with their errors handled: an `AiperfError` from any command (or a group's
+    subcommand) is printed as `error: <message>` on stderr and exits with its class's exit code
+    (aiperf_runner/cli/exitcodes.py); anything else is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # the click Context typer vendors (typer._click, private)
+        try:
+            return super().invoke(ctx)
+        except AiperfError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(
+    name="aiperf-runner",
+    help="AIPerf benchmark runner: run the AutoML benchmark, count FLOPs, sign, verify and submit logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    cls=AiperfCommands,
+)
+
+for _module in COMMAND_MODULES:
+    _module.register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,74 @@
+"""`aiperf-runner estimate`: node-hours, the expected score range and a slots split, before a run."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from aiperf_runner.cli.options import parse_duration
+from aiperf_runner.spec.errors import AiperfError
+
+
+def estimate_cmd(
+    accelerator_model: Annotated[str, typer.Option("--accelerator-model", metavar="M",
+                                                   help="A model of the peak table (spec/peaks.py), e.g. 'H100', "
+                                                        "'A100 80GB', 'MI250X'; an unknown one lists them.")],
+    accelerators_per_node: Annotated[int, typer.Option("--accelerators-per-node", metavar="K", min=1)],
+    nodes: Annotated[int, typer.Option("--nodes", metavar="N", min=1)],
+    duration: Annotated[str, typer.Option("--duration", help="Run length, e.g. 2h, 90m, 12h.")] = "2h",
+    precision: Annotated[str, typer.Option("--precision", help="fp32, tf32, bf16 or fp16.")] = "bf16",
+    preset: Annotated[str, typer.Option("--preset", help="The workload (imagenet: the official one).")] = "imagenet",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+) -> None:
+    """Estimate a run: node-hours, the expected score range (peak x the efficiency range of the preset's
+    reference measurement, with every assumption and its source) and a suggested slots / nodes-per-slot split."""
+    from aiperf_runner.data.presets import get_preset
+    from aiperf_runner.search.seeds import seed_for_preset
+    from aiperf_runner.spec.estimate import estimate
+    from aiperf_runner.spec.flops import flops_per_image
+
+    try:
+        p = get_preset(preset)
+        flops = flops_per_image(seed_for_preset(preset), "v2")
+        data = estimate(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
+                        duration_s=parse_duration(duration), precision=precision.lower(), preset=preset,
+                        train_flops=float(flops.train), eval_flops=float(flops.eval),
+                        first_budget=int(p.epoch_budgets[0]))
+    except (ValueError, KeyError) as exc:  # KeyError's message comes quoted
+        raise AiperfError(str(exc).strip("'")) from None
+    typer.echo(json.dumps(data, indent=2) if as_json else text(data))
+
+
+def _ops(value: float) -> str:
+    for unit, scale in (("EOPS", 1e18), ("POPS", 1e15), ("TOPS", 1e12), ("GOPS", 1e9)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} OPS"
+
+
+def text(d: dict[str, Any]) -> str:
+    lines = [
+        f"machine:        {d['nodes']} node{'s' if d['nodes'] != 1 else ''} x {d['accelerators_per_node']} {d['accelerator']} "
+        f"({d['accelerators']} accelerators), {d['precision']}, preset {d['preset']}",
+        f"duration:       {d['duration_s'] / 3600:g} h = {d['node_hours']:g} node-hours "
+        f"({d['accelerator_hours']:g} accelerator-hours)",
+        f"peak:           {_ops(d['peak_flops'])}",
+    ]
+    if d["score_ops"]:
+        low, high = d["efficiency"]
+        lines.append(f"expected score: {_ops(d['score_ops'][0])} - {_ops(d['score_ops'][1])} "
+                     f"(efficiency {low:.1%} - {high:.1%} of peak)")
+        s = d["split"]
+        lines.append(f"suggested:      --slots {s['slots']} --nodes-per-slot {s['nodes_per_slot']} "
+                     f"--gpus-per-node {d['accelerators_per_node']}")
+        lines.append(f"                {s['reason']}")
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in d["assumptions"]]
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate", epilog="Exit codes: 0 success, 1 unknown accelerator or bad values, 2 usage error.")(
+        estimate_cmd)

@@ -1,0 +1,1 @@
+"""The AIPerf service's client: saved server and token, requests with retries, chunked uploads."""

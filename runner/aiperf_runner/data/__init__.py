@@ -1,0 +1,1 @@
+"""The presets' data: presets (budgets, durations, dataset blocks), Fashion-MNIST's IDX files, staging."""

@@ -1,0 +1,312 @@
+"""`status` and `report`: what a run did, from its directory (while it runs and after).
+
+Scores, the score series and the checks come from spec/ (`verify`, `scoring`); nothing here
+computes a score. What is counted here is bookkeeping: trials, morphisms, hyper-parameter sources,
+slot utilisation.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner.run.state import RunState, read_run_json
+from aiperf_runner.rundir.lock import controller_alive
+
+
+def run_status(state: RunState, run_dir: Path) -> tuple[str, int | None]:
+    """("running" | "finished" | "interrupted" | "starting", controller pid)."""
+    pid = controller_alive(run_dir)
+    if state.finished:
+        return "finished", pid
+    if pid is not None:
+        return "running", pid
+    return ("interrupted" if state.started_at is not None else "starting"), None
+
+
+def _verify(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        from aiperf_runner.spec.verify import verify
+    except ImportError as exc:
+        return None, f"spec.verify not available: {exc}"
+    try:
+        return verify(run_dir), None
+    except Exception as exc:  # noqa: BLE001 - a report of a broken run still shows what it can
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _score_only(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        from aiperf_runner.spec.scoring import score_run
+
+        series = score_run(run_dir)
+    except Exception:  # noqa: BLE001
+        return None
+    return {"score_ops": series.score, "regulated_score_ops": series.regulated, "max_accuracy": series.max_accuracy,
+            "duration_s": series.duration_s, "epochs": series.epochs, "series": series.points}
+
+
+def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any]:
+    """The figures of `report --json` (and of the terminal summary)."""
+    run_dir = Path(run_dir)
+    run_json = read_run_json(run_dir)
+    state = RunState.load(run_dir)
+    status, pid = run_status(state, run_dir)
+    now = time.time()
+    end = state.finished_at if state.finished else (now if status == "running" else state.last_t)
+    verified, verify_error = _verify(run_dir) if with_verify else (None, None)
+    scored = verified or _score_only(run_dir) or {}
+    retries = sum(1 for tr in state.trials.values() for a in tr.attempts if a.outcome == "failed")
+    out: dict[str, Any] = {
+        "run_id": run_json.get("run_id"),
+        "preset": run_json.get("preset"),
+        "rules": run_json.get("rules"),
+        "precision": run_json.get("precision"),
+        "status": status,
+        "controller_pid": pid,
+        "finish_reason": state.finish_reason,
+        "slots": state.slots,
+        "duration_s": scored.get("duration_s"),
+        "planned_duration_s": (run_json.get("config") or {}).get("duration_s"),
+        "resumed": len(state.resumed),
+        "trials_proposed": len(state.trials),
+        "trials_finished": state.count("finished"),
+        "trials_failed": state.count("failed"),
+        "trials_cancelled": state.count("cancelled"),
+        "trials_running": len(state.running()),
+        "failed_attempts": retries,
+        "epochs": scored.get("epochs", state.epoch_lines),
+        "morphisms": state.morphism_counts(),
+        "hparam_sources": state.hparam_source_counts(),
+        "hparam_sources_by_round": _sources_by_round(state),
+        "max_accuracy": scored.get("max_accuracy", state.best_accuracy()),
+        "slot_utilisation": state.slot_utilisation(end),
+        "score_ops": scored.get("score_ops"),
+        "regulated_score_ops": scored.get("regulated_score_ops"),
+    }
+    if verified is not None:
+        out.update({k: verified.get(k) for k in ("integrity_ok", "valid", "stable", "plausible", "division")})
+        out["checks_failed"] = [c.get("name") for c in verified.get("checks", []) if not c.get("passed")]
+    elif verify_error:
+        out["verify_error"] = verify_error
+    out["_series"] = scored.get("series") or []
+    out["_checks"] = (verified or {}).get("checks") or []
+    out["_state"] = state
+    out["_run_json"] = run_json
+    return out
+
+
+def _sources_by_round(state: RunState) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tr in state.trials.values():
+        row = out.setdefault(str(tr.round), {})
+        row[tr.hparam_source] = row.get(tr.hparam_source, 0) + 1
+    return out
+
+
+def public(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without its private (underscored) parts: what `report --json` prints."""
+    return {k: v for k, v in summary.items() if not k.startswith("_")}
+
+
+# ---- terminal --------------------------------------------------------------------------------------
+
+
+def print_summary(summary: dict[str, Any], console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from aiperf_runner.run.progress import fmt_acc, fmt_duration, fmt_ops
+
+    console = console or Console()
+    s = summary
+    table = Table(title=f"AIPerf run {s['run_id']} ({s['preset']}, {s['precision']}, rules {s['rules']})",
+                  show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    status = s["status"] + (f" ({s['finish_reason']})" if s["finish_reason"] else "")
+    if s["status"] == "running":
+        status += f", controller pid {s['controller_pid']}"
+    if s["status"] == "interrupted":
+        status += " — continue it with `aiperf-runner run --resume RUN_DIR`"
+    table.add_row("status", status)
+    table.add_row("duration", f"{fmt_duration(s['duration_s'])} of {fmt_duration(s['planned_duration_s'])}"
+                  + (f", resumed {s['resumed']}x" if s["resumed"] else ""))
+    table.add_row("trials", f"{s['trials_finished']} finished, {s['trials_failed']} failed, "
+                            f"{s['trials_cancelled']} cancelled, {s['trials_running']} running "
+                            f"({s['trials_proposed']} proposed, {s['failed_attempts']} failed attempts)")
+    table.add_row("epochs", str(s["epochs"]))
+    table.add_row("morphisms", ", ".join(f"{k} {v}" for k, v in s["morphisms"].items()))
+    table.add_row("hyper-parameters", ", ".join(f"{k} {v}" for k, v in s["hparam_sources"].items()))
+    util = s["slot_utilisation"]
+    table.add_row("slot utilisation", "-" if util is None else f"{util:.1%} of {s['slots']} slots")
+    table.add_row("max accuracy", fmt_acc(s["max_accuracy"]))
+    table.add_row("score", fmt_ops(s["score_ops"]))
+    table.add_row("regulated score", fmt_ops(s["regulated_score_ops"]))
+    if "integrity_ok" in s:
+        checks = "all checks passed" if not s["checks_failed"] else f"failed: {', '.join(s['checks_failed'])}"
+        table.add_row("verification", f"integrity {'ok' if s['integrity_ok'] else 'BROKEN'}; "
+                                      f"division {s.get('division')}; {checks}")
+    elif s.get("verify_error"):
+        table.add_row("verification", f"not available: {s['verify_error']}")
+    console.print(table)
+
+
+# ---- HTML ------------------------------------------------------------------------------------------
+
+
+def _timeline(state: RunState, t0: float, end: float) -> Any:
+    import plotly.graph_objects as go
+
+    colours = {"finished": "#2a9d8f", "failed": "#e76f51", "cancelled": "#8d99ae", None: "#e9c46a"}
+    fig = go.Figure()
+    for outcome in ("finished", "failed", "cancelled", None):
+        xs, bases, ys, texts = [], [], [], []
+        for tr in state.trials.values():
+            for att in tr.attempts:
+                if att.outcome != outcome:
+                    continue
+                stop = att.ended if att.ended is not None else end
+                bases.append((att.started - t0) / 60)
+                xs.append(max(stop - att.started, 0) / 60)
+                ys.append(f"slot {att.slot}")
+                acc = tr.best_accuracy if outcome == "finished" else tr.epoch_best
+                texts.append(f"{tr.trial} attempt {att.attempt}<br>{outcome or 'running'}"
+                             f"<br>round {tr.round}, budget {tr.epoch_budget} epochs"
+                             f"<br>morphisms: {', '.join(tr.morphisms) or 'seed'}"
+                             f"<br>hparams: {tr.hparam_source}"
+                             + (f"<br>best accuracy {acc:.4f}" if acc is not None else "")
+                             + (f"<br>error: {html.escape((att.error or '')[:200])}" if att.error else ""))
+        if xs:
+            fig.add_bar(x=xs, base=bases, y=ys, orientation="h", name=outcome or "running",
+                        marker_color=colours[outcome], hovertext=texts, hoverinfo="text",
+                        marker_line_width=1, marker_line_color="white")
+    fig.update_layout(title="Trials per slot", xaxis_title="minutes since run start", barmode="overlay",
+                      height=180 + 40 * max(state.slots or 0, 1), yaxis={"categoryorder": "category descending"})
+    return fig
+
+
+def _score_figure(series: list[dict[str, Any]]) -> Any:
+    import plotly.graph_objects as go
+
+    minutes = [p["t"] / 60 for p in series]
+    score = go.Figure()
+    score.add_scatter(x=minutes, y=[p["score"] for p in series], name="score (OPS)", mode="lines")
+    score.add_scatter(x=minutes, y=[p["regulated"] for p in series], name="regulated score (OPS)", mode="lines",
+                      yaxis="y2")
+    score.update_layout(title="Score and regulated score", xaxis_title="minutes since t0",
+                        yaxis={"title": "score (OPS)"},
+                        yaxis2={"title": "regulated score (OPS)", "overlaying": "y", "side": "right"})
+    return score
+
+
+def _accuracy_figure(state: RunState, series: list[dict[str, Any]], t0: float) -> Any:
+    """The best accuracy over time, and every epoch's accuracy as a point."""
+    import plotly.graph_objects as go
+
+    acc = go.Figure()
+    acc.add_scatter(x=[p["t"] / 60 for p in series], y=[p["max_accuracy"] for p in series], name="best accuracy",
+                    mode="lines", line_shape="hv")
+    epochs = list(state.epoch_records())
+    acc.add_scatter(x=[(e["ended_at"] - t0) / 60 for e in epochs],
+                    y=[e.get("val_accuracy") for e in epochs], mode="markers", name="epoch accuracy",
+                    marker={"size": 5, "opacity": 0.5},
+                    hovertext=[f"{e['trial']} epoch {e['epoch']}" for e in epochs])
+    acc.update_layout(title="Best validation accuracy", xaxis_title="minutes since run start",
+                      yaxis={"title": "accuracy", "range": [0, 1]})
+    return acc
+
+
+def _figures_html(summary: dict[str, Any]) -> list[str]:
+    """The three charts as HTML fragments (plotly.js inlined in the first)."""
+    state: RunState = summary["_state"]
+    series = summary["_series"]
+    t0 = state.started_at or 0.0
+    end = state.finished_at or state.last_t or t0
+    figures = [_score_figure(series), _accuracy_figure(state, series, t0), _timeline(state, t0, end)]
+    return [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
+            for i, fig in enumerate(figures)]
+
+
+def _summary_html(s: dict[str, Any]) -> str:
+    from aiperf_runner.run.progress import fmt_acc, fmt_duration, fmt_ops
+
+    rows = [
+        ("status", s["status"] + (f" ({s['finish_reason']})" if s["finish_reason"] else "")),
+        ("duration", fmt_duration(s["duration_s"])),
+        ("slots", str(s["slots"])),
+        ("slot utilisation", "-" if s["slot_utilisation"] is None else f"{s['slot_utilisation']:.1%}"),
+        ("trials", f"{s['trials_finished']} finished, {s['trials_failed']} failed, {s['trials_cancelled']} cancelled"),
+        ("epochs", str(s["epochs"])),
+        ("morphisms", ", ".join(f"{k} {v}" for k, v in s["morphisms"].items())),
+        ("hyper-parameter sources", ", ".join(f"{k} {v}" for k, v in s["hparam_sources"].items())),
+        ("max accuracy", fmt_acc(s["max_accuracy"])),
+        ("score", fmt_ops(s["score_ops"])),
+        ("regulated score", fmt_ops(s["regulated_score_ops"])),
+    ]
+    return "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+
+
+def _checks_html(s: dict[str, Any]) -> str:
+    """The verification: a table of the checks, or why there is none."""
+    rows = "".join(
+        f"<tr class='{'ok' if c.get('passed') else 'bad'}'><td>{html.escape(str(c.get('name')))}</td>"
+        f"<td>{html.escape(str(c.get('threshold')))}</td><td>{html.escape(str(c.get('measured')))}</td>"
+        f"<td>{'pass' if c.get('passed') else 'FAIL'}</td><td>{html.escape(str(c.get('message') or ''))}</td></tr>"
+        for c in s["_checks"])
+    if not rows:
+        return "<p>" + html.escape(s.get("verify_error") or "no verification report") + "</p>"
+    return "<table><tr><th>check</th><th>threshold</th><th>measured</th><th></th><th></th></tr>" + rows + "</table>"
+
+
+def _best_trials_html(state: RunState) -> str:
+    """The 15 trials of the best accuracy, one row each."""
+    best = sorted((tr for tr in state.trials.values() if tr.best_accuracy is not None),
+                  key=lambda tr: -float(tr.best_accuracy or 0))[:15]
+    return "".join(
+        f"<tr><td>{tr.trial}</td><td>{tr.best_accuracy:.4f}</td><td>{tr.round}</td><td>{tr.epochs_counted}</td>"
+        f"<td>{html.escape(', '.join(tr.morphisms) or 'seed')}</td><td>{html.escape(tr.parent or '-')}</td>"
+        f"<td>{html.escape(tr.hparam_source)}</td><td><code>{html.escape(json.dumps(tr.hparams, sort_keys=True))}"
+        f"</code></td></tr>" for tr in best)
+
+
+def _system_line(run_json: dict[str, Any]) -> str:
+    system = run_json.get("system") or {}
+    return (f"{system.get('accelerator_count') or 0} x {system.get('accelerator_model')}, "
+            f"{system.get('cpu_cores')} cores {system.get('cpu_model')}, torch {system.get('torch')}")
+
+
+def write_html(summary: dict[str, Any], path: str | Path) -> Path:
+    """A self-contained HTML report (plotly.js inlined once)."""
+    s = summary
+    parts = _figures_html(s)
+    run_id = html.escape(str(s['run_id']))
+    doc = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>AIPerf run {run_id}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ text-align: left; padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; vertical-align: top; }}
+tr.bad td {{ color: #b00020; }} code {{ font-size: 0.85em; }}
+</style></head><body>
+<h1>AIPerf run <code>{run_id}</code></h1>
+<p>Preset <b>{html.escape(str(s['preset']))}</b>, precision {html.escape(str(s['precision']))},
+rules {html.escape(str(s['rules']))}; {html.escape(_system_line(s["_run_json"]))}.</p>
+<table>{_summary_html(s)}</table>
+{parts[0]}
+{parts[1]}
+{parts[2]}
+<h2>Best trials</h2>
+<table><tr><th>trial</th><th>accuracy</th><th>round</th><th>epochs</th><th>morphisms</th><th>parent</th>
+<th>hparams</th><th>values</th></tr>{_best_trials_html(s["_state"])}</table>
+<h2>Verification</h2>
+{_checks_html(s)}
+</body></html>
+"""
+    path = Path(path)
+    path.write_text(doc, encoding="utf-8")
+    return path

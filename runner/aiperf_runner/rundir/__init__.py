@@ -1,0 +1,1 @@
+"""The run directory: its resolved config, lock, checkpoints, privacy masking and what a bundle holds."""

@@ -1,0 +1,1 @@
+"""Small torch-free helpers: SLURM hostlists, interface addresses, the system facts of a host."""
