@@ -18,6 +18,9 @@
 # slurm_acct_db, so `sacct` lists their jobs and job steps; MariaDB is started if it is down. Without
 # them the clusters keep no accounting (AccountingStorageType=accounting_storage/none).
 # `start` and `start-two-node` are idempotent: daemons already up are left alone.
+# The two-node cluster's nodes have 1 CPU each; AIPERF_SLURM_NODE_CPUS=N declares N (many slots on
+# them), AIPERF_SLURM_PROLOG=FILE makes FILE the Prolog of every job (a slow job start). Starting
+# with other values restarts its daemons in place.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BASE=$REPO/var/slurm
@@ -76,6 +79,8 @@ SchedulerType=sched/backfill
 MpiDefault=none
 ReturnToService=2
 KillWait=5
+# A node whose slurmd stops answering is DOWN after this long (the default, 300 s, outlasts the tests).
+SlurmdTimeout=10
 MailProg=/bin/true
 $(accounting_lines)
 JobAcctGatherType=jobacct_gather/none
@@ -88,11 +93,14 @@ EOF
     if [ "$mode" = two-node ]; then
         cat <<EOF
 SlurmctldPort=16817
+# The nodes' CPUs are as declared here, not this machine's (AIPERF_SLURM_NODE_CPUS may say more).
+SlurmdParameters=config_overrides
 SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmdSpoolDir=$dir/spool/d-%n
 SlurmdLogFile=$dir/log/slurmd-%n.log
-NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17001 CPUs=1 RealMemory=4000 State=UNKNOWN
-NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17002 CPUs=1 RealMemory=4000 State=UNKNOWN
+NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17001 CPUs=${AIPERF_SLURM_NODE_CPUS:-1} RealMemory=4000 State=UNKNOWN
+NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17002 CPUs=${AIPERF_SLURM_NODE_CPUS:-1} RealMemory=4000 State=UNKNOWN
+${AIPERF_SLURM_PROLOG:+Prolog=$AIPERF_SLURM_PROLOG}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
         return

@@ -38,9 +38,13 @@ def slurm(conf: Path, *argv: str, check: bool = True, timeout: float = 60) -> st
     return proc.stdout
 
 
-def sacct(conf: Path, job_id: str, timeout: float = 20, name: str | None = None) -> dict[str, tuple[str, str]]:
-    """{job or step id: (name, state)} as `sacct` lists them, once it lists the job at all (the
-    controller hands records to slurmdbd a moment after the fact); {} when it never does.
+UNENDED = {"", "PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED"}
+
+
+def sacct(conf: Path, job_id: str, timeout: float = 30, name: str | None = None) -> dict[str, tuple[str, str]]:
+    """{job or step id: (name, state)} as `sacct` lists them, once it lists the job as ended (the
+    controller hands records to slurmdbd a moment after the fact, the job's end after its steps' and
+    after squeue has let it go); what it lists at `timeout` otherwise.
     `name`: only the job of that name (a test cluster restarted from scratch hands out job ids
     again, and sacct lists every job that had the id). Needs accounting: `require_accounting` first."""
     deadline = time.monotonic() + timeout
@@ -50,7 +54,7 @@ def sacct(conf: Path, job_id: str, timeout: float = 20, name: str | None = None)
         # A state may say by whom ("CANCELLED by 0"): its first word.
         rows = {i: (n, (s.split() or [""])[0])
                 for i, n, s in (line.split("|") for line in out.splitlines() if line.count("|") == 2)}
-        if rows or time.monotonic() >= deadline:
+        if rows.get(job_id, ("", ""))[1] not in UNENDED or time.monotonic() >= deadline:
             return rows
         time.sleep(0.5)
 

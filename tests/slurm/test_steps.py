@@ -144,3 +144,56 @@ def test_rdzv_iface_is_looked_up_on_the_slots_first_node(one_node: Path, tmp_pat
     assert out.split("ADDR ", 1)[1].splitlines()[0] == "127.0.0.1", out
     assert "--rdzv-endpoint=127.0.0.1:" in out.split("ARGV ", 1)[1].splitlines()[0], out
     assert out.split("REFUSED ", 1)[1].startswith("srun: aiperf: --rdzv-iface: no network interface 'nosuch0'"), out
+
+
+STOP_DRIVER = """
+import json, sys, time
+from pathlib import Path
+from aiperf_runner.backends.slurm.steps import SlurmStepsBackend
+from tests.backends.test_conformance import spec_for
+run, calls, stop = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+backend = SlurmStepsBackend(run, slots=3, probe=False)
+specs = [spec_for(backend, f"t000{i}", "sleep") for i in range(3)]
+handles = [backend.launch(spec, slot) for spec, slot in zip(specs, backend.slots())]
+deadline = time.monotonic() + 120
+while sum((s.trial_dir / "out" / "started").exists() for s in specs) < 2:  # the third waits for a CPU
+    assert time.monotonic() < deadline, "two steps never started"
+    time.sleep(0.1)
+before = calls.read_text().split().count("scancel")
+started = time.monotonic()
+if stop == "controller":
+    for handle in handles:
+        handle.cancel()
+backend.shutdown()
+seconds = time.monotonic() - started
+scancels = calls.read_text().split().count("scancel") - before
+deadline = time.monotonic() + 15
+while backend._steps() and time.monotonic() < deadline:  # a step a moment in COMPLETING
+    time.sleep(0.5)
+print("STOPPED", json.dumps({"scancels": scancels, "polls": [h.poll() for h in handles], "seconds": seconds,
+                             "exited": [h.proc.poll() is not None for h in handles], "left": len(backend._steps())}))
+"""
+
+
+@pytest.mark.parametrize("stop", ["shutdown", "controller"])
+def test_shutdown_cancels_every_step_with_one_scancel(one_node: Path, tmp_path: Path, stop: str) -> None:
+    """Three steps (two running, one waiting for a CPU): the shutdown, alone or after the controller's
+    stop cancelled each attempt (a signal to its srun, no wait), cancels the run's steps with one
+    scancel and waits for every srun together; no step is left. ~15 s."""
+    from bench.slurm_load import counting_wrappers
+
+    calls = tmp_path / "calls.log"
+    calls.touch()
+    counting_wrappers(tmp_path / "bin", calls)
+    (tmp_path / "run").mkdir()
+    path = f"{tmp_path / 'bin'}:{env_for(one_node)['PATH']}"
+    # The whole node: its two CPUs (a plain allocation gets one).
+    proc = subprocess.run(["salloc", "--nodes=1", "--exclusive", "--time=5", sys.executable, "-c", STOP_DRIVER,
+                           str(tmp_path / "run"), str(calls), stop],
+                          env=env_for(one_node, PATH=path), capture_output=True, text=True, timeout=240, cwd=str(REPO))
+    out = proc.stdout + proc.stderr
+    assert "STOPPED " in out, out[-3000:]
+    found = json.loads(out.split("STOPPED ", 1)[1].splitlines()[0])
+    assert found["scancels"] == 1 and found["polls"] == [-15] * 3 and found["exited"] == [True] * 3, out[-3000:]
+    assert found["left"] == 0, out[-3000:]
+    assert found["seconds"] < 30, out[-3000:]  # not a stop_wait_s (30 s) per step
