@@ -86,6 +86,8 @@ class Stack:
             "CELERY_VISIBILITY_TIMEOUT": "5",
             "CELERY_UNACKED_RESTORE_INTERVAL": "1",
             "CELERY_UNACKED_RESTORE_THROTTLE": "1",
+            # Tests SIGKILL workers: one killed inside its sweep must not hold the sweep's lock for minutes.
+            "CELERY_UNACKED_MUTEX_EXPIRE": "2",
             "AIPERF_CLAIM_TIMEOUT_S": "4",
             "PYTHONUNBUFFERED": "1",
         }
@@ -249,3 +251,23 @@ def witnessed_stack(workdir: Path, **env: str) -> Iterator[Stack]:
         yield s
     finally:
         s.stop()
+
+
+WITNESS_CHECKS = ("witness.token", "witness.receipts", "witness.coverage", "witness.timeline")
+
+
+def verified_checks(stack: Stack, sub: dict[str, Any], timeout: float = 180) -> dict[str, dict[str, Any]]:
+    """Wait until the submission `sub` (submit --json) is verified (failing if it is rejected or still
+    waits after `timeout`); its report's checks by name, read from the database (a result whose audit
+    waits is not on the public list yet)."""
+    deadline = time.monotonic() + timeout
+    while sub["status"] not in ("verified", "rejected") and time.monotonic() < deadline:
+        time.sleep(1)
+        sub = {**stack.get(f"/api/v1/submissions/{sub['submission']}/"), "submission": sub["submission"]}
+    assert sub["status"] == "verified", sub
+    ((report,),) = stack.sql("SELECT report FROM leaderboard_result WHERE submission_id = %s", sub["submission"])
+    return {c["name"]: c for c in (json.loads(report) if isinstance(report, str) else report)["checks"]}
+
+
+def assert_witnessed(checks: dict[str, dict[str, Any]]) -> None:
+    assert all(checks[name]["passed"] for name in WITNESS_CHECKS), {n: checks[n]["message"] for n in WITNESS_CHECKS}
