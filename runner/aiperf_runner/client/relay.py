@@ -2,8 +2,9 @@
 
 Runs on a host that reaches the service (a login node), listening where the compute nodes reach it;
 controllers point `--server` at it. Every request (run token, heartbeats, receipts, submissions and
-chunked uploads) goes on to the service as it came, its body streamed both ways, through the site's
-proxy when `HTTPS_PROXY` says so (httpx honours it). The relay holds no state: heartbeats are signed
+chunked uploads) goes on to the service as it came, its body streamed (the service's answers, small,
+are read whole and sent back with their length), through the site's proxy when `HTTPS_PROXY` says so
+(httpx honours it). The relay holds no state: heartbeats are signed
 by the site key end to end and the service keeps every receipt, so a relay killed and restarted
 loses nothing (the controller retries, and fetches any receipt it missed). A `Location` the service
 answers with (a chunked upload's address) is rewritten to the relay's own address, so the next
