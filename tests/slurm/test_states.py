@@ -65,6 +65,16 @@ def test_end_states_are_failures_with_a_reason(tmp_path: Path, monkeypatch: pyte
     assert handle.poll() == rc
 
 
+@pytest.mark.parametrize("reason", ["None", "NodeDown"])
+def test_a_node_failure_names_the_node_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
+    """Whatever reason squeue adds to NODE_FAIL ("node failure (NodeDown)"), the attempt lost its node."""
+    handle = handle_for(fake_backend(tmp_path, monkeypatch, {"7": job("NODE_FAIL", reason)}))
+    monkeypatch.setattr(mod, "failed_nodes", lambda nodes: [n for n in nodes if n == "n2"])
+    assert handle.poll() == 1 and handle.lost_node() == "n2"
+    other = handle_for(fake_backend(tmp_path, monkeypatch, {"8": job("TIMEOUT")}), "8")
+    assert other.poll() == 1 and other.lost_node() is None
+
+
 def test_running_pending_and_a_silent_squeue_mean_not_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     answers: dict[str, dict[str, str] | None] = {"7": job("PENDING", "Resources", "")}
     handle = handle_for(fake_backend(tmp_path, monkeypatch, answers))

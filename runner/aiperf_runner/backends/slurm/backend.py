@@ -43,7 +43,7 @@ from .commands import (
     slurm_version,
 )
 from .launcher import Launcher
-from .options import EXIT_FILE_GRACE_S, SQUEUE_INTERVAL_S, SlurmOptions
+from .options import SlurmOptions
 from .placement import Placement, apply_probe, run_probe, usable_nodes
 from .script import exclude_args, job_argv, job_path, memory_args, render_batch_script
 
@@ -55,7 +55,7 @@ CANCEL_BATCH_S = 0.1
 # At shutdown, a job still queued or running this long after its scancel is cancelled again (that
 # scancel was lost); one being killed (COMPLETING) is only waited for.
 RECANCEL_AFTER_S = 5.0
-__all__ = ["CANCELLED_STATUS", "EXIT_FILE_GRACE_S", "JOB_PREFIX", "SQUEUE_INTERVAL_S", "SlurmBackend", "SlurmHandle"]
+__all__ = ["CANCELLED_STATUS", "JOB_PREFIX", "SlurmBackend", "SlurmHandle"]
 
 
 class SlurmHandle(TrialHandle):
@@ -172,7 +172,8 @@ class SlurmHandle(TrialHandle):
 
     def lost_node(self) -> str | None:
         """After SLURM ended the job for a node failure: the node of the job that it reports down."""
-        if self._reason != FAILURE_REASONS["NODE_FAIL"]:
+        # describe_state may add squeue's reason after it: "node failure (NodeDown)".
+        if not self._reason.startswith(FAILURE_REASONS["NODE_FAIL"]):
             return None
         down = failed_nodes(self.nodes)
         return down[0] if down else None
