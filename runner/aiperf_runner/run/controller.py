@@ -60,8 +60,8 @@ from aiperf_runner.run.state import INTERRUPTED, RunState, TrialState, read_run_
 from aiperf_runner.run.trialtail import TrialTail
 from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.rundir import checkpoints, privacy
-from aiperf_runner.rundir.config import PRECISIONS, TRIAL_MODULE, ControllerError, RunConfig
-from aiperf_runner.rundir.lock import LOCK_FILE, controller_alive, lock, unlock
+from aiperf_runner.rundir.config import ControllerError, RunConfig
+from aiperf_runner.rundir.lock import lock, unlock
 from aiperf_runner.search.buffer import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.spec import SPEC_VERSION, keys
@@ -75,7 +75,7 @@ from aiperf_runner.spec.scoring import ScoreAccumulator, run_flops_fn
 POLL_S = 0.1
 SYNC_S = 0.1  # the controller's log is fsync'ed at least this often (group commit; see spec/eventlog.py)
 MIN_TICK_S = 0.02  # with a backend that reports news: the shortest loop, so that news is handled in batches
-__all__ = ["Controller", "ControllerError", "RunConfig", "controller_alive", "LOCK_FILE", "PRECISIONS", "TRIAL_MODULE"]
+__all__ = ["Controller", "ControllerError", "RunConfig"]
 STDERR_TAIL_CHARS = 2000
 # A backend that refuses this many launches in a row, with none accepted in between, is broken
 # (no scheduler, a bad option, an unwritable run directory): stop instead of burning the search.
