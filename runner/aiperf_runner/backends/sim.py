@@ -43,7 +43,7 @@ import math
 import random
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +72,12 @@ class SimModel:
     failure_rate: float = 0.0
     seed: int = 0
 
-    @classmethod
-    def from_options(cls, options: SimModel) -> SimModel:
-        """The model the options describe; BackendOptionError when it makes no sense."""
-        model = cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
-        if model.flops_per_s <= 0 or model.noise < 0 or not 0 <= model.slot_spread < 1 or model.straggler_factor < 1:
-            raise BackendOptionError(f"sim backend: bad model {model}")
-        if not (0 <= model.straggler_rate <= 1 and 0 <= model.failure_rate <= 1):
+    def __post_init__(self) -> None:
+        """BackendOptionError for a model that makes no sense (the backend's options are one)."""
+        if self.flops_per_s <= 0 or self.noise < 0 or not 0 <= self.slot_spread < 1 or self.straggler_factor < 1:
+            raise BackendOptionError(f"sim backend: bad model {self}")
+        if not (0 <= self.straggler_rate <= 1 and 0 <= self.failure_rate <= 1):
             raise BackendOptionError("sim backend: straggler_rate and failure_rate are shares between 0 and 1")
-        return model
 
     def slot_speed(self, slot: int) -> float:
         return 1.0 + self.slot_spread * (2.0 * random.Random(f"{self.seed}/slot/{slot}").random() - 1.0)
@@ -155,7 +152,7 @@ class SimBackend(Backend):
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         super().__init__(run_dir, **options)
-        self.model = SimModel.from_options(self.options)
+        self.model: SimModel = self.options
         self._slots = [Slot(index=i, nodes=("localhost",), devices_per_node=self.devices_per_slot, device_type="cpu")
                        for i in range(self.requested_slots or 1)]
         self._heap: list[_Due] = []
