@@ -390,9 +390,10 @@ class Controller:
                 continue
             error = tail.error_for(run.attempt) or self._failure_text(run, rc)
             node = stagedata.refused_node(error, placed, self.masker.host)
-            why = f"the staged data was refused on node {node}: {error}"
             node_failed = False
-            if node is None:
+            if node is not None:
+                why = f"the staged data was refused on node {node}: {error}"
+            else:
                 node = run.handle.lost_node()
                 why, node_failed = f"node {node} failed: {error}", node is not None
             if node in self._excluded:
