@@ -132,6 +132,13 @@ def test_a_note_and_a_jobs_output_are_left_out_and_listed(tmp_path: Path) -> Non
         "file trials/t0000/extra.json added after signing (not in MANIFEST.json)"]
     (dest / "NOTES.txt").write_text("unsigned\n")
     assert bundle.check_manifest(dest, public) == ["file NOTES.txt added after signing (not in MANIFEST.json)"]
+    # A bundle cannot bring such a record of its own: local/ is never bundled, and unpacking refuses it.
+    forged = tmp_path / "forged.tar.gz"
+    with tarfile.open(forged, "w:gz") as tar:
+        tar.add(dest, arcname=".")
+        tar.add(run_dir / bundle.LOCAL_DIR / bundle.LEFT_OUT_NAME, arcname=f"{bundle.LOCAL_DIR}/{bundle.LEFT_OUT_NAME}")
+    with pytest.raises(bundle.BundleError, match="local/"):
+        bundle.safe_extract(forged, tmp_path / "forged")
     # Signed again with nothing foreign left, the record goes.
     (run_dir / "NOTES.txt").unlink()
     (run_dir / "trials" / "t0000" / "extra.json").unlink()

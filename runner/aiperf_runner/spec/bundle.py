@@ -83,7 +83,8 @@ NOT_WRITTEN = "not written by the runner (a bundle holds only the runner's own f
 LEFT_OUT_NAME = "left-out.json"
 """In `local/` (site-private: the names may name the site): the files signing left out as `NOT_WRITTEN`.
 Checking the run directory against its manifest skips them as it skips `NOT_BUNDLED` ones: they were
-there when it was signed and are no part of the signed run. A file added after signing is still reported."""
+there when it was signed and are no part of the signed run. A file added after signing is still reported.
+Only the site's own run directory has the record: `safe_extract` refuses a bundle with a `local/` member."""
 
 CHUNK = 1 << 20
 MAX_TOTAL_BYTES = 8 << 30
@@ -517,6 +518,11 @@ def _extract(bundle: Path, dest: Path, max_total: int, max_file: int, max_member
                 if kind is not None:
                     raise BundleError(f"member {name!r} is {kind}; a bundle holds regular files only")
                 key = rel.as_posix()
+                if rel.parts[0] == LOCAL_DIR:
+                    # Packing never bundles local/; a bundle that brings one could bring its own
+                    # LEFT_OUT_NAME and have unsigned files pass the manifest check.
+                    raise BundleError(f"member {name!r} is under {LOCAL_DIR}/, the site's private files: "
+                                      "a bundle never holds them")
                 if key in seen:
                     raise BundleError(f"member {name!r} appears twice in the bundle")
                 seen.add(key)
