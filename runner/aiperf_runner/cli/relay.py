@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
+from aiperf_runner.cli.exitcodes import UsageError
 from aiperf_runner.cli.options import Server
-from aiperf_runner.client.relay import Relay, RelayError, parse_listen
-from aiperf_runner.client.service import find_service
+from aiperf_runner.client.service import find_server
 
 
 def relay_cmd(
@@ -27,12 +27,18 @@ def relay_cmd(
     controller's), via $HTTPS_PROXY when set. It keeps no state: restarted, it loses nothing.
     Stop it with Ctrl-C.
     """
-    service = find_service(server, "-", required=False)  # only the address: the token is the controller's
-    if service is None:
-        raise RelayError("no service to relay to: pass --server URL (or set AIPERF_SERVER, or run `register`)")
-    relay = Relay(parse_listen(listen), service.server)
+    from aiperf_runner.client.relay import Relay, RelayError, parse_listen  # httpx: only for this command
+
+    upstream = find_server(server)  # only the address: the token is the controller's
+    if upstream is None:
+        raise UsageError("no service to relay to: pass --server URL (or set AIPERF_SERVER, or run `register`)")
+    try:
+        listen_at = parse_listen(listen)
+    except RelayError as exc:
+        raise UsageError(str(exc)) from None
+    relay = Relay(listen_at, upstream)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s")
-    typer.echo(f"relaying http://{relay.address} -> {service.server}", err=True)
+    typer.echo(f"relaying http://{relay.address} -> {upstream}", err=True)
     try:
         relay.serve_forever()
     except KeyboardInterrupt:

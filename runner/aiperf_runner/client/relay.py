@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +52,8 @@ class Relay(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, listen: tuple[str, int], upstream: str, timeout: float = 600.0) -> None:
+        if ":" in listen[0]:  # an IPv6 address ('[::1]:8700'): the server's socket is IPv4 unless told
+            self.address_family = socket.AF_INET6
         self.upstream = upstream.rstrip("/")
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False,
                                    trust_env=True)
@@ -64,7 +67,8 @@ class Relay(ThreadingHTTPServer):
     @property
     def address(self) -> str:
         """'HOST:PORT' it listens on."""
-        return f"{self.server_address[0]!s}:{self.server_address[1]}"
+        host = str(self.server_address[0])
+        return f"[{host}]:{self.server_address[1]}" if ":" in host else f"{host}:{self.server_address[1]}"
 
     def server_close(self) -> None:
         super().server_close()

@@ -57,15 +57,27 @@ def save_service(server: str, token: str) -> Path:
     return path
 
 
+def _saved() -> dict[str, Any]:
+    """What `register` saved ({} when nothing readable is)."""
+    try:
+        saved = json.loads(service_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def find_server(server: str | None = None) -> str | None:
+    """The service's address alone (no token needed): option, then environment, then what `register` saved."""
+    found = server or os.environ.get("AIPERF_SERVER") or _saved().get("server")
+    return str(found).rstrip("/") if found else None
+
+
 def find_service(server: str | None = None, token: str | None = None, *, required: bool = True) -> Service | None:
     """The service to talk to: options, then environment, then what `register` saved."""
     server = server or os.environ.get("AIPERF_SERVER") or None
     token = token or os.environ.get("AIPERF_TOKEN") or None
     if not (server and token):
-        try:
-            saved = json.loads(service_file().read_text())
-        except (OSError, ValueError):
-            saved = {}
+        saved = _saved()
         server = server or saved.get("server")
         token = token or saved.get("token")
     if server and token:
