@@ -68,16 +68,16 @@ def add(
 ) -> None:
     """Register a system of this site. A model the service's peak table lacks stays pending until a list
     maintainer adds its peak; its results wait outside the official division until then."""
+    service = find_service(server, token)  # before a probe job that may wait: a missing token fails at once
+    assert service is not None
     given = {"cpu_model": cpu_model, "cpu_cores": cpu_cores, "memory_per_node": memory_per_node}
     facts, source, notes = _node_facts(facts_from, given, partition, probe and not cpu_model,
                                        accelerators_per_node, accelerator_model)
     fields = {"name": name, "accelerator_model": accelerator_model, "accelerators_per_node": accelerators_per_node,
               "nodes": nodes, "interconnect": interconnect, **{k: v or facts[k] for k, v in given.items()}}
-    service = find_service(server, token)
-    assert service is not None
     data = add_system(service, fields)
     if as_json:
-        typer.echo(json.dumps({**data, "facts_from": source}, indent=2))
+        typer.echo(json.dumps({**data, "facts_from": source, "notes": notes}, indent=2))
         return
     typer.echo(f"node facts from {source}")
     for note in notes:
@@ -95,13 +95,12 @@ def _node_facts(facts_from: FactsFrom, given: dict[str, Any], partition: str, pr
     from aiperf_runner.backends.slurm import nodefacts
     from aiperf_runner.util import sysinfo
 
+    if all(given.values()):
+        return given, "the options given", []
     answers = facts_from is not FactsFrom.here and nodefacts.cluster_answers()
     if facts_from is FactsFrom.slurm and not answers:
         raise NodeFactsError("--facts-from slurm, but no SLURM controller answers here (sinfo; is SLURM_CONF set?)")
-    use_slurm = answers
-    if not use_slurm or all(given.values()):
-        if all(given.values()):
-            return given, "the options given", []
+    if not answers:
         here = sysinfo.host_facts()
         return ({"cpu_model": here["cpu_model"], "cpu_cores": here["cpu_cores"], "memory_per_node": here["memory_bytes"]},
                 "this machine (no SLURM controller answered here)" if facts_from is FactsFrom.auto else "this machine", [])
