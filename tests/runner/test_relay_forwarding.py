@@ -9,10 +9,14 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
+from aiperf_runner.cli import app
 from aiperf_runner.client.relay import Relay, RelayError, parse_listen
+from aiperf_runner.client.service import find_server, save_service
+from typer.testing import CliRunner
 
 
 class Upstream(BaseHTTPRequestHandler):
@@ -95,3 +99,26 @@ def test_listen_addresses(listen: str, expected: tuple[str, int]) -> None:
 def test_a_malformed_listen_is_refused(listen: str) -> None:
     with pytest.raises(RelayError, match="expected HOST:PORT"):
         parse_listen(listen)
+
+
+def test_an_ipv6_listen_address_listens(relay: tuple[Relay, ThreadingHTTPServer]) -> None:
+    _, upstream = relay
+    host, port = upstream.server_address[:2]
+    r6 = Relay(("::1", 0), f"http://{host!s}:{port}")  # as parse_listen("[::1]:PORT") gives it
+    try:
+        assert r6.address.startswith("[::1]:")
+    finally:
+        r6.server_close()
+
+
+def test_the_relay_takes_the_saved_server_and_refuses_a_bad_listen_as_usage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIPERF_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.delenv("AIPERF_SERVER", raising=False)
+    monkeypatch.delenv("AIPERF_TOKEN", raising=False)
+    nothing = CliRunner().invoke(app, ["relay", "--listen", "127.0.0.1:0"])
+    assert nothing.exit_code == 2 and "no service to relay to" in nothing.output, nothing.output
+    save_service("http://127.0.0.1:9/", "saved-token")
+    assert find_server() == "http://127.0.0.1:9"
+    bad = CliRunner().invoke(app, ["relay", "--listen", "host:http"])
+    assert bad.exit_code == 2 and "expected HOST:PORT" in bad.output, bad.output
