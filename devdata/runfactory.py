@@ -179,11 +179,11 @@ class RunBuilder:
 
     def epoch(self, tid: str, epoch: int, *, started_at: float, ended_at: float, trained: int, evaluated: int,
               accuracy: float, attempt: int = 1, t: float | None = None, **extra: Any) -> None:
-        """An epoch_end line written at `t` (default: ended_at)."""
+        """An epoch_end line written at `t` (default: ended_at); `extra`: its optional fields (`EpochEnd`'s)."""
         record = EpochEnd(trial=tid, attempt=attempt, epoch=epoch, images_trained=trained, images_evaluated=evaluated,
                           val_accuracy=accuracy, val_loss=round(1 - accuracy, 6), started_at=self.start + started_at,
-                          ended_at=self.start + ended_at, seconds=ended_at - started_at)
-        self.event("epoch_end", ended_at if t is None else t, **record.as_event(), **extra)
+                          ended_at=self.start + ended_at, seconds=ended_at - started_at, **extra)
+        self.event("epoch_end", ended_at if t is None else t, **record.as_event())
 
     def finish_trial(self, tid: str, t: float, epochs: int, best: float, attempt: int = 1) -> None:
         self.event("trial_finished", t, trial=tid, attempt=attempt, epochs=epochs, best_accuracy=best,

@@ -1,4 +1,4 @@
-"""The pages in a real browser: Debian's chromium, headless, driven by Playwright (recipe: shared/recipes/browser.md).
+"""The pages in a real browser: Debian's chromium, headless, driven by Playwright.
 
 Screenshots go to test-artifacts/ (git-ignored). Under AIPERF_REQUIRE_SERVICES=1 a missing chromium fails.
 """

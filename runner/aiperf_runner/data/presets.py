@@ -1,7 +1,7 @@
 """Benchmark presets: dataset, seed architecture, epoch budgets and default duration.
 
 Epoch budget of a trial: round r = trial sequence number // slots; the official budget is
-15/30/45/60 epochs for r = 0/1/2/>=3 (docs/design.md section 2), scaled per preset.
+15/30/45/60 epochs for r = 0/1/2/>=3 (docs/running.md), scaled per preset.
 
 Input shape, classes and image counts of each preset's dataset come from `spec/presetfacts.py` (what
 verification binds a run to).

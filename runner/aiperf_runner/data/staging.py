@@ -24,7 +24,7 @@ Each trial process, before it loads data (`stage_for_trial`), on its own node:
    (`refused_node`; run/controller.py, `Backend.exclude_node`). The operator removes the copy to stage again.
 
 Trials then read the staged copy, with the ImageFolder samples from the index (no rescan of the
-tree; data.py `IndexedImageFolder`). The check is of paths and sizes, not of contents: hashing a
+tree; train/indexed_folder.py `IndexedImageFolder`). The check is of paths and sizes, not of contents: hashing a
 hundred gigabytes per node per allocation would cost more than the training it protects.
 """
 

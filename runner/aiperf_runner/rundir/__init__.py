@@ -1,1 +1,2 @@
-"""The run directory: its resolved config, lock, checkpoints, privacy masking and what a bundle holds."""
+"""The run directory: its resolved config, lock, checkpoints, privacy masking, `pack --list` and the masked
+copies of the trials' output."""

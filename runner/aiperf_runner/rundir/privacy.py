@@ -285,7 +285,7 @@ def resume_run(run_dir: str | Path, hosts: Iterable[str]) -> Masker:
 def mask_event(masker: Masker, run_dir: str | Path, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
     """An event's fields as the log records them: node names as pseudonyms, error texts masked."""
     out = dict(fields)
-    # trial_started's nodes, and those an ending attempt names when it ran elsewhere (controller.py).
+    # trial_started's nodes, and those an ending attempt names when it ran elsewhere (run/controller.py).
     if kind in ("trial_started", "trial_finished", "trial_failed") and isinstance(out.get("nodes"), list):
         known = len(masker.names)
         out["nodes"] = [masker.host(str(n)) for n in out["nodes"]]

@@ -5,7 +5,7 @@ What a bundle holds is the allow-list `spec/bundle.py` `BUNDLED` (the files the 
 anything else in the run directory is left out and listed with why. The trials' `stdout.log` /
 `stderr.log` are written by the trial program and by the scheduler directly (tracebacks, NCCL
 messages, the node a job ran on): the runner cannot mask them as they are written. They stay in the
-run directory, never bundled; `pack` writes beside each a masked copy of its last `PUBLIC_LOG_BYTES`
+run directory, never bundled; `pack` writes beside each a masked copy of its last `bundle.PUBLIC_LOG_BYTES`
 (`stdout.public.log`, `stderr.public.log`), which the bundle holds. Verification reads neither.
 """
 
@@ -18,7 +18,6 @@ from typing import Any
 from aiperf_runner.rundir.privacy import Masker, run_masker
 from aiperf_runner.spec import bundle
 
-PUBLIC_LOG_BYTES = bundle.PUBLIC_LOG_BYTES
 RAW_LOGS = ("stdout.log", "stderr.log")
 
 
@@ -31,9 +30,9 @@ def public_name(raw: str) -> str:
 def _tail(path: Path) -> bytes:
     with open(path, "rb") as fh:
         size = fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, size - PUBLIC_LOG_BYTES))
+        fh.seek(max(0, size - bundle.PUBLIC_LOG_BYTES))
         data = fh.read()
-    if size > PUBLIC_LOG_BYTES:
+    if size > bundle.PUBLIC_LOG_BYTES:
         data = data.split(b"\n", 1)[-1]  # from a whole line
         data = f"[... the first {size - len(data)} bytes left out ...]\n".encode() + data
     return data

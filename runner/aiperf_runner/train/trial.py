@@ -255,7 +255,6 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
     # (small ResNets, one thread; bench/harness_overhead.py --preset fashion-mnist prints both).
     channels_last = cfg.channels_last if cfg.channels_last is not None else True
     model, scaling, run, progress = _build(cfg, attempt, denv, device, precision, channels_last, cpus, ckpt, log)
-    del ckpt
     log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
         f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device ({scaling.global_batch} global), lr "
         f"{scaling.peak_lr:g} ({scaling.rule} scaling of {cfg.lr:g}, warm-up {scaling.warmup_epochs:g} epochs), "
@@ -366,7 +365,8 @@ class _Run:
 def _build(cfg: TrialConfig, attempt: int, denv: DistEnv, device: torch.device, precision: Precision,
            channels_last: bool, cpus: list[int] | None, ckpt: dict[str, Any] | None,
            log: Any) -> tuple[nn.Module, LrScaling, _Run, Progress]:
-    """The model (the checkpoint's, if any), its optimizer, learning rate and data."""
+    """The model (the checkpoint's, if any: `ckpt` is emptied once restored), its optimizer, learning rate
+    and data."""
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = build_module(cfg.graph, num_classes=cfg.data.num_classes, dropout=cfg.dropout)
     model.to(device)
@@ -386,6 +386,7 @@ def _build(cfg: TrialConfig, attempt: int, denv: DistEnv, device: torch.device, 
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         progress = Progress(**ckpt["progress"])
+        ckpt.clear()  # its tensors are copied into the model: free them before the data is loaded
         log(f"trial {cfg.trial} attempt {attempt}: resuming after epoch {progress.epoch}", flush=True)
 
     ddp_model: nn.Module = model
