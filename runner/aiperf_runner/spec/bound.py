@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import presetfacts as presets
+from . import presetfacts
 from .logaudit import Findings
 from .replay import Replay
 from .runio import RunDir, RunIOError, canonical_digest
@@ -46,17 +46,17 @@ def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> F
     for key in DATASET_BOUND:
         if logged.get(key) != dataset.get(key):
             found.add(1, f"run_started says dataset.{key} {logged.get(key)!r}, run.json {dataset.get(key)!r}")
-    preset = presets.get(run.get("preset"))
+    preset = presetfacts.get(run.get("preset"))
     if preset is None:
-        found.add(0, f"preset {run.get('preset')!r} is not one this spec knows ({', '.join(presets.PRESETS)})")
+        found.add(0, f"preset {run.get('preset')!r} is not one this spec knows ({', '.join(presetfacts.PRESETS)})")
         return found
-    for problem in presets.dataset_problems(preset, dataset):
+    for problem in presetfacts.dataset_problems(preset, dataset):
         found.add(0, f"run.json {problem}")
     _trials(preset, dataset.get("classes"), replay, run_dir, found)
     return found
 
 
-def _trials(preset: presets.PresetSpec, classes: Any, replay: Replay, run_dir: RunDir, found: Findings) -> None:
+def _trials(preset: presetfacts.PresetSpec, classes: Any, replay: Replay, run_dir: RunDir, found: Findings) -> None:
     want_in = preset.input_shape
     for tr in replay.trials.values():
         where = f"trials/{tr.trial}"

@@ -16,8 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from . import SPEC_VERSION
-from . import presetfacts as presets
+from . import SPEC_VERSION, presetfacts
 from .logaudit import MAX_MESSAGES, Findings, LogAudit
 from .peaks import PRECISIONS
 from .schema import run_json_problems
@@ -239,7 +238,7 @@ def check_full_validation(audit: LogAudit, preset: Any, epochs: int, th: Mapping
     val = audit.val_images
     threshold: Any = val
     problems = []
-    fixed = presets.get(preset)
+    fixed = presetfacts.get(preset)
     if fixed is not None and fixed.val_images is not None:
         threshold = fixed.val_images
         if val != fixed.val_images:

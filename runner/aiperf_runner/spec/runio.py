@@ -12,22 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import presetfacts as presets
+from . import presetfacts
 from .errors import AiperfError
 from .eventlog import Event, iter_events
+from .fields import TRIAL_ID
 from .graph import Graph
 from .procpool import SharedPool, process_pool
 
 RUN_JSON = "run.json"
 EVENTS = "events.jsonl"
 TRIALS = "trials"
-TRIAL_ID = re.compile(r"^t\d{4,}$")
 
 DEFAULT_KERNEL_SIZE = 3
 
@@ -108,7 +107,7 @@ def _read_trials(root: str, trials: list[str], preset: str | None,
                  v1: bool) -> list[tuple[str, str | None, HparamsFacts, int | None]]:
     """Process-pool task: each trial's graph.json digest (None: unreadable; `arch` reports it), its
     hparams facts and, for v1-compat, its kernel size (None where `kernel_size` would raise)."""
-    run, space = RunDir(root), getattr(presets.get(preset), "space", None)
+    run, space = RunDir(root), getattr(presetfacts.get(preset), "space", None)
     out = []
     for trial in trials:
         try:
