@@ -153,12 +153,18 @@ def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dic
     return checks
 
 
-def run(submission_id: int) -> str:
-    """Audit a submission's challenged trials; the result's audit state afterwards."""
+def run(submission_id: int, *, again: bool = False) -> str:
+    """Audit a submission's challenged trials; the result's audit state afterwards. An audit already
+    decided (passed or failed) is not run again unless `again` (`manage.py aiperf_audit`): the broker
+    delivers a message again when its task outlasts the visibility timeout, and each delivery would
+    otherwise re-evaluate every trial, ahead of the audits queued after it."""
     sub = Submission.objects.get(pk=submission_id)
     result = Result.objects.filter(submission=sub).first()
     if result is None or not sub.challenge:
         return "nothing to audit"
+    if result.audit in (A.PASSED, A.FAILED) and not again:
+        log.info("submission %s: audit already %s (a repeated delivery); not run again", sub.pk, result.audit)
+        return str(result.audit)
     if not complete(sub):
         return A.PENDING
     data, missing = data_dir(result.preset)

@@ -55,7 +55,8 @@ def resume_stuck() -> int:
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def audit_submission(submission_id: int) -> str:
-    """Re-evaluate a submission's challenged weights (its own queue: operators may run it on a GPU machine)."""
+    """Re-evaluate a submission's challenged weights (its own queue: operators may run it on a GPU machine).
+    A second delivery of the message (an audit longer than the visibility timeout) finds it decided."""
     return audit.run(submission_id)
 
 

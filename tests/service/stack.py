@@ -150,12 +150,15 @@ class Stack:
             proc.wait(timeout=10)
 
     def start_worker(self, name: str = "worker", *, verify_delay_s: float | None = None,
-                     queue: str | None = None) -> subprocess.Popen:
+                     audit_delay_s: float | None = None, queue: str | None = None) -> subprocess.Popen:
         """A Celery worker on this stack's queue (or `queue`: e.g. its audit queue); `verify_delay_s`: one
-        that sleeps that long inside each verification (tests/service/slow_worker.py), to be killed there."""
+        that sleeps that long inside each verification (tests/service/slow_worker.py), to be killed there;
+        `audit_delay_s`: before each trial's re-evaluation."""
         program = [str(BIN / "celery"), "-A", "server", "worker"]
         if verify_delay_s is not None:
-            program = [sys.executable, "-m", "tests.service.slow_worker", str(verify_delay_s)]
+            program = [sys.executable, "-m", "tests.service.slow_worker", "verify", str(verify_delay_s)]
+        elif audit_delay_s is not None:
+            program = [sys.executable, "-m", "tests.service.slow_worker", "audit", str(audit_delay_s)]
         self.spawn(name, [*program, "-Q", queue or self.name, "--concurrency", "1", "--pool", "prefork",
                                  "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO"])
         return self._started(name, b" ready.")

@@ -36,6 +36,7 @@ from tests.verify.test_witness import append, lines
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 H100 = "NVIDIA H100 80GB HBM3"
+AUDIT_DELAY_S = 6.0
 CI_RULES = {"2.0-ci": {"base": "2.0", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5}}
 
 
@@ -51,7 +52,10 @@ def stack(tmp_path_factory):
         s.start()
         s.manage("aiperf_witness_key", "create")
         s.start_worker("worker")
-        s.start_worker("audit", queue=s.env["AIPERF_AUDIT_QUEUE"])  # proof of training on its own queue
+        # Proof of training on its own queue. Each re-evaluation waits AUDIT_DELAY_S first, so that every audit
+        # outlasts the broker's visibility timeout (5 s here) and Redis delivers its message again mid-audit,
+        # as it would in production for an audit longer than CELERY_VISIBILITY_TIMEOUT.
+        s.start_worker("audit", queue=s.env["AIPERF_AUDIT_QUEUE"], audit_delay_s=AUDIT_DELAY_S)
         yield s
     finally:
         s.stop()
@@ -154,6 +158,16 @@ def test_submit_answers_the_challenge_and_the_audit_passes(stack, runs):
     page = httpx.get(sub["url"], timeout=30).text
     assert "Audit of the weights" in page and "Passed" in page and best in page
     assert result["audit"] == "passed"
+    # The audit outlasted the visibility timeout (AUDIT_DELAY_S): its message came again, found the audit
+    # decided and re-evaluated nothing (each delivery used to audit again, ahead of every later audit).
+    repeated = f"submission {sub['submission']}: audit already passed"
+    deadline = time.monotonic() + 30
+    while repeated not in stack.log("audit") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert repeated in stack.log("audit"), stack.log("audit")
+    evaluations = [line for line in stack.logs["audit"].read_text().splitlines()
+                   if "INFO/ForkPoolWorker" in line and f"submission {sub['submission']}: audit of trial" in line]
+    assert len(evaluations) == len(sub["challenge"]), stack.log("audit")
 
 
 def test_evidence_must_be_challenged_and_what_the_log_recorded(stack, runs):
