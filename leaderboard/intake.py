@@ -46,6 +46,28 @@ def site_key(site: Site, fingerprint: str) -> SiteKey:
     return key
 
 
+def check_rehearsal(run_id: str, rehearsal: bool) -> None:
+    """A run on a rehearsal token goes in as a rehearsal (`rehearsal`), and only such a run does: a
+    rehearsal is never ranked, so it cannot be submitted for the list, and the token is the service's own record."""
+    on_rehearsal_token = RunAttempt.objects.filter(run_id=run_id, rehearsal=True).exists()
+    if on_rehearsal_token and not rehearsal:
+        raise Rejected("rehearsal", f"run {run_id} ran on a rehearsal token: a rehearsal is verified for its site "
+                                    "only and never ranked, so it cannot be submitted for the list; submit it as a "
+                                    "rehearsal (aiperf-runner submit --rehearsal)")
+    if rehearsal and not on_rehearsal_token:
+        raise Rejected("rehearsal", f"run {run_id} did not run on a rehearsal token (aiperf-runner run --rehearsal): "
+                                    "submit it without --rehearsal")
+
+
+def same_bundle(site: Site, digest: str, rehearsal: bool) -> Submission | None:
+    """The site's submission of this bundle, if it was uploaded before (Rejected when it went in as a
+    rehearsal and now does not, or the other way round)."""
+    existing = Submission.objects.filter(sha256=digest, site=site).first()
+    if existing is not None and existing.rehearsal != rehearsal:
+        check_rehearsal(existing.run_id, rehearsal)
+    return existing
+
+
 def check_run_id(run_id: str) -> None:
     seen = Submission.objects.filter(run_id=run_id).only("pk").first()
     if seen is not None:
@@ -53,13 +75,14 @@ def check_run_id(run_id: str) -> None:
                                  "a run can be submitted once")
 
 
-def precheck(path: Path, site: Site) -> tuple[SiteKey, str]:
+def precheck(path: Path, site: Site, rehearsal: bool = False) -> tuple[SiteKey, str]:
     """The synchronous checks of a stored upload: (the signing key, the run id) or Rejected."""
     with bundles.extracted(path) as root:
         manifest, fingerprint = bundles.manifest_key(root)
         key = site_key(site, fingerprint)
         bundles.check_signed(root, key.public_key)
         bundles.check_chain(root)
+    check_rehearsal(manifest["run_id"], rehearsal)
     check_run_id(manifest["run_id"])
     return key, manifest["run_id"]
 
@@ -91,14 +114,14 @@ def no_space(exc: OSError) -> Rejected:
                                "try again later", status=507)
 
 
-def receive(site: Site, upload: UploadedFile) -> Received:
+def receive(site: Site, upload: UploadedFile, *, rehearsal: bool = False) -> Received:
     """Check and store an uploaded bundle; queue its verification once the row is committed.
 
     A full disk under MEDIA_ROOT refuses the upload (507, check `storage`) with nothing kept: the
     temporary file is removed and no row was written (the move happens inside the transaction).
     """
     try:
-        return _receive(site, upload)
+        return _receive(site, upload, rehearsal)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             log.error("upload refused: no space under MEDIA_ROOT: %s", exc)
@@ -106,7 +129,7 @@ def receive(site: Site, upload: UploadedFile) -> Received:
         raise
 
 
-def _receive(site: Site, upload: UploadedFile) -> Received:
+def _receive(site: Site, upload: UploadedFile, rehearsal: bool) -> Received:
     if upload.size is not None and upload.size > settings.AIPERF_MAX_UPLOAD_BYTES:
         raise too_large(upload.size)
     fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar.gz", dir=bundles.tmp_dir())
@@ -114,25 +137,27 @@ def _receive(site: Site, upload: UploadedFile) -> Received:
     tmp = Path(name)
     try:
         digest, size = _spool(upload, tmp)
-        return accept(site, tmp, digest, size)
+        return accept(site, tmp, digest, size, rehearsal=rehearsal)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def accept(site: Site, tmp: Path, digest: str, size: int) -> Received:
+def accept(site: Site, tmp: Path, digest: str, size: int, *, rehearsal: bool = False) -> Received:
     """Make the Submission of a complete, stored upload (`tmp`, under MEDIA_ROOT, of this sha256 and size):
     the same bundle again answers its submission; else the synchronous checks, then the row and the move
     of `tmp` to its final place in one transaction. Shared by the single-request and the chunked upload
-    (leaderboard/resumable.py); the caller removes `tmp` if it is still there."""
-    existing = Submission.objects.filter(sha256=digest, site=site).first()
+    (leaderboard/resumable.py); the caller removes `tmp` if it is still there. `rehearsal`: submitted as
+    a rehearsal (`check_rehearsal`)."""
+    existing = same_bundle(site, digest, rehearsal)
     if existing is not None:
         return Received(existing, False)
-    key, run_id = precheck(tmp, site)
+    key, run_id = precheck(tmp, site, rehearsal)
     rel = bundles.bundle_path(digest)
     final: Path | None = None
     try:
         with transaction.atomic():
-            submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id)
+            submission = Submission.objects.create(site=site, key=key, sha256=digest, size=size, run_id=run_id,
+                                                   rehearsal=rehearsal)
             # A witnessed run's attempt is now submitted (the system's "runs submitted").
             RunAttempt.objects.filter(run_id=run_id, site=site, submission__isnull=True).update(
                 submission=submission)
@@ -146,7 +171,7 @@ def accept(site: Site, tmp: Path, digest: str, size: int) -> Received:
         # A concurrent upload of the same bundle or run won the race.
         if final is not None:
             final.unlink(missing_ok=True)
-        existing = Submission.objects.filter(sha256=digest, site=site).first()
+        existing = same_bundle(site, digest, rehearsal)
         if existing is not None:
             return Received(existing, False)
         check_run_id(run_id)

@@ -167,6 +167,8 @@ class RunAttempt(models.Model):
     log_id = models.CharField(max_length=64, blank=True, help_text="hash of the first line of the log whose "
                               "heartbeats the token carried first: a token starts one run")
     reused = models.BooleanField(default=False, help_text="heartbeats came from a second log")
+    rehearsal = models.BooleanField(default=False, help_text="a rehearsal token (run --rehearsal): its run is "
+                                    "verified for its site only, never ranked, and counted apart")
     heartbeats = models.PositiveIntegerField(default=0)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     submission = models.OneToOneField("Submission", on_delete=models.SET_NULL, null=True, blank=True,
@@ -222,6 +224,8 @@ class Submission(models.Model):
     sha256 = models.CharField(max_length=64, unique=True)
     size = models.BigIntegerField()
     run_id = models.CharField(max_length=64, unique=True)
+    rehearsal = models.BooleanField(default=False, help_text="a rehearsal's run, submitted as one (submit "
+                                    "--rehearsal): shown to its site only, never on any list")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED, db_index=True)
     reasons = models.JSONField(default=list, blank=True, help_text="[{check, message}] of a rejection")
     created_at = models.DateTimeField(default=timezone.now)
@@ -249,9 +253,10 @@ class Submission(models.Model):
 class ResultQuerySet(models.QuerySet["Result"]):
     def live(self) -> ResultQuerySet:
         """The results on the live list: published (at once, or after approval), not withdrawn, not
-        waiting for (or refused by) a maintainer's review, and, in the official division, audited."""
-        return self.filter(published=True, submission__status__in=[Submission.Status.VERIFIED,
-                                                                   Submission.Status.PUBLISHED]).exclude(
+        waiting for (or refused by) a maintainer's review, in the official division audited, and never a
+        rehearsal."""
+        return self.filter(published=True, submission__rehearsal=False, submission__status__in=[
+            Submission.Status.VERIFIED, Submission.Status.PUBLISHED]).exclude(
             review__in=[Result.Review.PENDING, Result.Review.REJECTED]).exclude(
             division=Division.OFFICIAL, audit=Result.Audit.PENDING)
 
@@ -449,6 +454,7 @@ class UploadSession(models.Model):
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="upload_sessions")
     length = models.BigIntegerField(help_text="the bundle's size in bytes, announced at creation")
     sha256 = models.CharField(max_length=64, help_text="the bundle's digest, announced; checked once complete")
+    rehearsal = models.BooleanField(default=False, help_text="announced as a rehearsal (Upload-Metadata)")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, help_text="the last bytes received")
     submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.SET_NULL,

@@ -362,7 +362,7 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
     now = timezone.now()
     with transaction.atomic():
         current = _locked(sub, token)
-        publish = not settings.AIPERF_REQUIRE_APPROVAL
+        publish = not settings.AIPERF_REQUIRE_APPROVAL and not current.rehearsal  # a rehearsal: its site's only
         system = stored["system"] or _system(current, run)
         values = {"site": current.site, "system": system, "run_id": current.run_id,
                   **result_values(report, run), "verified_at": now}
@@ -370,7 +370,8 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         if existing is None:
             values |= {"published": publish, "published_at": now if publish else None}
         if existing is None or existing.review in (Result.Review.NONE, Result.Review.PENDING):
-            why = review_needed(values, system.accelerator_model, existing.pk if existing else None)
+            why = "" if current.rehearsal else review_needed(values, system.accelerator_model,
+                                                              existing.pk if existing else None)
             values |= {"review": Result.Review.PENDING if why else Result.Review.NONE, "review_reason": why}
         if existing is None or existing.audit == Result.Audit.NONE:
             current.challenge = challenge_of(report)
@@ -430,10 +431,10 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
 
 # ---- admin actions -----------------------------------------------------------------------------
 def publish(submission: Submission) -> bool:
-    """Put a verified result on the live list (the admin's approval)."""
+    """Put a verified result on the live list (the admin's approval); never a rehearsal's."""
     with transaction.atomic():
-        n = Result.objects.filter(submission=submission, submission__status__in=[S.VERIFIED, S.PUBLISHED]).update(
-            published=True, published_at=timezone.now())
+        n = Result.objects.filter(submission=submission, submission__status__in=[S.VERIFIED, S.PUBLISHED],
+                                  submission__rehearsal=False).update(published=True, published_at=timezone.now())
         if n:
             Submission.objects.filter(pk=submission.pk).update(status=S.PUBLISHED, updated_at=timezone.now())
             ranking.rerank()

@@ -61,9 +61,10 @@ class Created:
     created: bool = True
 
 
-def create(site: Site, length: int, sha256: str) -> Created:
+def create(site: Site, length: int, sha256: str, *, rehearsal: bool = False) -> Created:
     """A session for this bundle: a new one, or the site's unfinished one of the same digest (the runner
-    re-run with the same bundle resumes it even without its state file)."""
+    re-run with the same bundle resumes it even without its state file). `rehearsal`: announced as a
+    rehearsal (intake.check_rehearsal decides once the bundle is complete)."""
     if length < 1:
         raise Rejected("request", "Upload-Length must be a positive number of bytes")
     if length > settings.AIPERF_MAX_CHUNKED_UPLOAD_BYTES:
@@ -71,18 +72,20 @@ def create(site: Site, length: int, sha256: str) -> Created:
     if not SHA256.fullmatch(sha256):
         raise Rejected("request", "Upload-Metadata must carry 'sha256': the bundle's digest, 64 lowercase hex "
                                   "digits (base64-encoded, as tus encodes metadata values)")
-    done = Submission.objects.filter(site=site, sha256=sha256).first()
+    done = intake.same_bundle(site, sha256, rehearsal)
     if done is not None:
         return Created(None, done, False)
     limits.check_daily_quota(site)
     session = UploadSession.objects.filter(site=site, sha256=sha256).first()
-    if session is not None and (session.length != length or session.submission_id is not None):
-        drop(session)  # announced with another length (a bundle cannot be both), or a finished one's leftover
+    if session is not None and (session.length != length or session.submission_id is not None
+                                or session.rehearsal != rehearsal):
+        drop(session)  # announced with another length or intent, or a finished one's leftover
         session = None
     if session is not None:
         return Created(session, None, False)
     try:
-        session = UploadSession.objects.create(id=uuid.uuid4(), site=site, length=length, sha256=sha256)
+        session = UploadSession.objects.create(id=uuid.uuid4(), site=site, length=length, sha256=sha256,
+                                               rehearsal=rehearsal)
     except IntegrityError:  # a concurrent creation of the same bundle's session won
         return Created(UploadSession.objects.get(site=site, sha256=sha256), None, False)
     try:
@@ -174,7 +177,7 @@ def finish(session: UploadSession) -> intake.Received:
                                      f"announced {session.sha256}; nothing was kept: upload the bundle again")
         limits.check_daily_quota(site=session.site)
         try:
-            received = intake.accept(session.site, path, digest, session.length)
+            received = intake.accept(session.site, path, digest, session.length, rehearsal=session.rehearsal)
         except Rejected:
             drop(session)
             raise

@@ -99,8 +99,9 @@ def heartbeat_interval() -> float:
     return float(min(max(settings.AIPERF_HEARTBEAT_INTERVAL_S, low), high))
 
 
-def issue_token(site: Site, system: System, fields: dict[str, Any]) -> RunAttempt:
-    """A run token for a run `site` is about to start on `system`: the service picks the run id."""
+def issue_token(site: Site, system: System, fields: dict[str, Any], *, rehearsal: bool = False) -> RunAttempt:
+    """A run token for a run `site` is about to start on `system`: the service picks the run id.
+    A rehearsal's token says so in its signed statement (`rehearsal: true`), and its attempt is marked."""
     key = private_key()
     now = time.time()
     run_id = secrets.token_hex(16)
@@ -108,8 +109,10 @@ def issue_token(site: Site, system: System, fields: dict[str, Any]) -> RunAttemp
     statement = {"kind": spec_witness.TOKEN_KIND, "run_id": run_id, "site": site.pk, "system": system.pk,
                  **{k: fields[k] for k in spec_witness.TOKEN_BOUND}, "issued_at": now,
                  "nonce": secrets.token_hex(16), "heartbeat_interval_s": interval, "key": fingerprint()}
+    if rehearsal:
+        statement[spec_witness.TOKEN_REHEARSAL] = True
     return RunAttempt.objects.create(run_id=run_id, site=site, system=system, statement=statement,
-                                     signature=spec_witness.sign(key, statement),
+                                     signature=spec_witness.sign(key, statement), rehearsal=rehearsal,
                                      issued_at=datetime.fromtimestamp(now, tz=UTC), heartbeat_interval_s=interval)
 
 

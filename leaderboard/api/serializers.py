@@ -63,13 +63,16 @@ class SystemSerializer(serializers.ModelSerializer):
     runs_submitted = serializers.SerializerMethodField(help_text="of those, runs submitted")
     runs_verified = serializers.SerializerMethodField(help_text="of those, runs verified (not rejected)")
     runs_abandoned = serializers.SerializerMethodField(help_text="tokens older than a week without a submission")
+    rehearsals = serializers.SerializerMethodField(help_text="rehearsal tokens the service issued for it (counted "
+                                                             "apart from the runs above)")
+    rehearsals_verified = serializers.SerializerMethodField(help_text="of those, rehearsals verified")
 
     class Meta:
         model = System
         fields = ["id", "name", "site", "registered", "status", "status_reason", "vendor", "accelerator_model",
                   "accelerators_per_node", "accelerator_count", "nodes", "interconnect", "cpu_model", "cpu_cores",
                   "memory_per_node", "peak_flops", "created_at", "results", "runs_attempted", "runs_submitted",
-                  "runs_verified", "runs_abandoned"]
+                  "runs_verified", "runs_abandoned", "rehearsals", "rehearsals_verified"]
 
     def get_results(self, system) -> list[int]:
         return list(Result.objects.live().filter(system=system).order_by("-score_ops").values_list("pk", flat=True))
@@ -97,6 +100,12 @@ class SystemSerializer(serializers.ModelSerializer):
 
     def get_runs_abandoned(self, system) -> int:
         return self._attempts(system)["abandoned"]
+
+    def get_rehearsals(self, system) -> int:
+        return self._attempts(system)["rehearsals"]
+
+    def get_rehearsals_verified(self, system) -> int:
+        return self._attempts(system)["rehearsals_verified"]
 
 
 class SystemRegistrationSerializer(serializers.Serializer):
@@ -129,6 +138,9 @@ class RunRequestSerializer(serializers.Serializer):
     devices_per_slot = serializers.IntegerField(min_value=1)
     duration_s = serializers.FloatField(min_value=1)
     runner_version = serializers.CharField(max_length=32)
+    rehearsal = serializers.BooleanField(default=False, help_text="a rehearsal token (`run --rehearsal`): the run is "
+                                         "witnessed and verified like an official one, shown to this site only, "
+                                         "never ranked, and counted apart on the system's record")
 
 
 class RunTokenSerializer(serializers.Serializer):
@@ -237,7 +249,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     site = SiteBriefSerializer(read_only=True)
     result = serializers.SerializerMethodField()
-    url = serializers.SerializerMethodField(help_text="the result's web page, once verified")
+    url = serializers.SerializerMethodField(help_text="the result's web page, once verified (none for a rehearsal: "
+                                                      "its site reads it at /api/v1/results/<result>/ with its token)")
     score_ops = serializers.SerializerMethodField()
     regulated_score_ops = serializers.SerializerMethodField()
     division = serializers.SerializerMethodField()
@@ -253,8 +266,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
         model = Submission
         fields = ["id", "status", "site", "run_id", "sha256", "size", "created_at", "verified_at", "reasons",
                   "error", "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
-                  "challenge", "challenged_at", "evidence", "audit", "audit_note"]
-        read_only_fields = ["challenge", "challenged_at"]
+                  "challenge", "challenged_at", "evidence", "audit", "audit_note", "rehearsal"]
+        read_only_fields = ["challenge", "challenged_at", "rehearsal"]
 
     def get_audit(self, sub) -> str | None:
         r = self._result(sub)
@@ -280,7 +293,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     def get_url(self, sub) -> str | None:
         r = self._result(sub)
-        return result_page_url(self.context.get("request"), r.pk) if r else None
+        return result_page_url(self.context.get("request"), r.pk) if r and not sub.rehearsal else None
 
     def get_score_ops(self, sub) -> float | None:
         r = self._result(sub)
@@ -303,8 +316,16 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return r.rank if r else None
 
 
+def flag(raw: object) -> bool:
+    """A yes/no field of a form or of tus Upload-Metadata: `true`, `1`, `yes` or `on` (any case) is yes;
+    anything else, or nothing, no."""
+    return str(raw or "").strip().lower() in ("true", "1", "yes", "on")
+
+
 class SubmissionUploadSerializer(serializers.Serializer):
     bundle = serializers.FileField(help_text="the signed bundle (`aiperf-runner pack`), a tar.gz")
+    rehearsal = serializers.BooleanField(default=False, help_text="submitted as a rehearsal (`submit --rehearsal`): "
+                                         "required for a run on a rehearsal token, refused for any other")
 
 
 class SiteKeySerializer(serializers.ModelSerializer):

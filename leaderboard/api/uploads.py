@@ -105,7 +105,8 @@ class UploadsView(TusView):
                              description="the bundle's size in bytes (at most AIPERF_MAX_CHUNKED_UPLOAD_BYTES)"),
             OpenApiParameter("Upload-Metadata", str, OpenApiParameter.HEADER, required=True,
                              description="`sha256 <base64 of the bundle's hex sha256>`, optionally "
-                                         "`,filename <base64 name>`")],
+                                         "`,filename <base64 name>` and `,rehearsal <base64 of true>` (a "
+                                         "rehearsal's run, as `submit --rehearsal` sends it)")],
         responses={201: OpenApiResponse(UploadState, "created (or the site's unfinished upload of the same "
                                                      "bundle): its URL in Location"),
                    200: OpenApiResponse(s.SubmissionSerializer, "this bundle was submitted before"),
@@ -115,7 +116,7 @@ class UploadsView(TusView):
         if length is None:
             raise Rejected("request", "send Upload-Length: the bundle's size in bytes")
         meta = metadata(request.headers.get("Upload-Metadata", ""))
-        made = resumable.create(request.auth, length, meta.get("sha256", ""))
+        made = resumable.create(request.auth, length, meta.get("sha256", ""), rehearsal=s.flag(meta.get("rehearsal")))
         if made.submission is not None:
             return Response(s.SubmissionSerializer(made.submission, context={"request": request}).data,
                             status=status.HTTP_200_OK, headers=TUS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
 from aiperf_runner.spec.flops import RULES as FLOP_RULES
@@ -113,11 +114,12 @@ class ResultViewSet(RankedResults):
     def get_queryset(self):
         if self.action == "list":
             return self.base_queryset()
-        # One result: on the live list, under review, or cited by a frozen edition.
+        # One result: on the live list, under review, or cited by a frozen edition; a rehearsal's, to its site.
         qs = Result.objects.select_related("site", "system", "series", "submission")
         return self.with_ranks(qs.filter(Q(pk__in=Result.objects.live().values("pk"))
                                          | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED])
-                                         | Q(pk__in=EditionEntry.objects.values("result_id"))), self.edition())
+                                         | Q(pk__in=EditionEntry.objects.values("result_id"))
+                                         | own_rehearsals(self.request, "submission__")), self.edition())
 
     def get_serializer_class(self):
         return s.ResultDetailSerializer if self.action == "retrieve" else s.LeaderboardEntrySerializer
@@ -172,12 +174,13 @@ class RunViewSet(viewsets.GenericViewSet):
         form = s.RunRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         fields = dict(form.validated_data)
+        rehearsal = bool(fields.pop("rehearsal", False))
         system = System.objects.filter(pk=fields.pop("system"), site=request.auth, registered=True).first()
         if system is None:
             return Response({"detail": "no such registered system of this site (aiperf-runner system list)",
                              "check": "system"}, status=status.HTTP_404_NOT_FOUND)
         try:
-            attempt = witness.issue_token(request.auth, system, fields)
+            attempt = witness.issue_token(request.auth, system, fields, rehearsal=rehearsal)
         except witness.WitnessUnavailable as exc:
             return Response({"detail": str(exc), "check": "witness"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response({"run_id": attempt.run_id, "token": witness.token_of(attempt),
@@ -236,11 +239,21 @@ class EditionViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "frozen_at"]
 
 
+def own_rehearsals(request: Any, prefix: str = "") -> Q:
+    """The rows of the requesting site's rehearsals (`prefix`: the path to the Submission); none for anyone else."""
+    site = request.auth if isinstance(request.auth, Site) else None
+    return Q(**{f"{prefix}rehearsal": True, f"{prefix}site": site}) if site is not None else Q(pk__in=[])
+
+
 @extend_schema_view(list=extend_schema(parameters=[FORMAT]))
 class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Upload a signed bundle (site token), and follow it through verification."""
+    """Upload a signed bundle (site token), and follow it through verification. A rehearsal's submission
+    is shown to its own site only."""
 
     queryset = Submission.objects.select_related("site", "result").all()
+
+    def get_queryset(self):
+        return super().get_queryset().filter(Q(rehearsal=False) | own_rehearsals(self.request))
     serializer_class = s.SubmissionSerializer
     filterset_class = filters.SubmissionFilter
     ordering_fields = ["created_at", "status"]
@@ -272,7 +285,7 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         if upload is None or not hasattr(upload, "chunks"):
             return Response({"detail": "send the bundle as the multipart file field 'bundle'", "check": "request"},
                             status=status.HTTP_400_BAD_REQUEST)
-        received = intake.receive(request.auth, upload)
+        received = intake.receive(request.auth, upload, rehearsal=s.flag(request.data.get("rehearsal")))
         data = self.get_serializer(received.submission).data
         return Response(data, status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
 

@@ -420,6 +420,8 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             ("Runs attempted / submitted / verified",
              "{attempted} / {submitted} / {verified}".format(**attempt_counts(s)) if s.registered else "– (unregistered)"),
             ("Abandoned runs (no submission within a week)", f"{attempt_counts(s)['abandoned']}" if s.registered else "–"),
+            ("Rehearsals (private, never ranked) / verified",
+             "{rehearsals} / {rehearsals_verified}".format(**attempt_counts(s)) if s.registered else "–"),
             ("First seen", fmt.date(s.created_at)),
         ],
         "nav": "list",

@@ -76,13 +76,13 @@ class Site:
         return {**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)}
 
     def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0,
-                  trial_module: str = "aiperf_runner.train.trial") -> subprocess.Popen:
+                  trial_module: str = "aiperf_runner.train.trial", *extra: str) -> subprocess.Popen:
         return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--preset", "smoke", "--slots", str(slots),
                                  "--duration", duration, "--seed", str(seed), "--out", str(run), "--system",
                                  str(self.system["id"]), "--progress", "plain", "--trial-module", trial_module,
                                  # Two runs may share this machine's two cores: one thread per trial, or
                                  # their OpenMP threads spin against each other (epochs took 25x longer).
-                                 "--backend-opt", "threads_per_process=1"],
+                                 "--backend-opt", "threads_per_process=1", *extra],
                                 env=self.env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -431,6 +431,33 @@ def test_a_token_used_for_a_second_run(stack, tmp_path):
     got = checks(stack, sub) if sub["status"] == "verified" else {}
     assert sub["status"] == "rejected" or not got["witness.token"]["passed"], sub
     assert "second run" in json.dumps(sub) + json.dumps(got)
+
+
+def test_a_rehearsal_is_verified_for_its_site_only_and_never_ranked(stack, tmp_path):
+    """`run --rehearsal`: witnessed on a rehearsal token; refused when submitted for the list; verified and
+    audited as a rehearsal, shown to its site, on no list, counted apart on the system's record."""
+    site = Site(stack, "Rehearsal Lab")
+    run = tmp_path / "rehearsal"
+    finish(site.start_run(run, "40s", 1, 5, "aiperf_runner.train.trial", "--rehearsal"))
+    assert lines(run)[0]["token"]["statement"]["rehearsal"] is True  # signed by the witness
+    assert "rehearsal" in stack.runner("report", str(run), config=site.config).stdout
+    refused = site.submit(run)  # for the list: refused, nothing kept
+    assert refused["status"] == "refused" and refused["reasons"][0]["check"].endswith("rehearsal"), refused
+    assert "cannot be submitted for the list" in refused["reasons"][0]["message"]
+    sub = stack.submit(run, site.token, site.config, "--rehearsal")
+    assert sub["status"] == "verified" and sub["rehearsal"] and sub["url"] is None and sub["rank"] is None, sub
+    assert sub["challenge"] and sub["audit"] == "passed", sub  # the audit rehearsed too
+    auth = {"Authorization": f"Token {site.token}"}
+    mine = httpx.get(f"{stack.url}/api/v1/results/{sub['result']}/", headers=auth, timeout=30).json()
+    got = {c["name"]: c for c in mine["report"]["checks"]}
+    assert all(got[name]["passed"] for name in WITNESS_CHECKS), {n: got[n]["message"] for n in WITNESS_CHECKS}
+    for path in (f"/api/v1/results/{sub['result']}/", f"/api/v1/submissions/{sub['submission']}/",
+                 f"/results/{sub['result']}/"):
+        assert httpx.get(f"{stack.url}{path}", timeout=30).status_code == 404, path  # nobody else sees it
+    every = stack.get("/api/v1/leaderboard/?all=1&page_size=500")["results"]
+    assert sub["result"] not in {row["id"] for row in every}
+    system = stack.get(f"/api/v1/systems/{site.system['id']}/")
+    assert (system["runs_attempted"], system["rehearsals"], system["rehearsals_verified"]) == (0, 1, 1), system
 
 
 def test_heartbeats_need_the_site_key(stack, runs):

@@ -82,6 +82,11 @@ def run(
                                     "needs the service `register` saved, or --server/--token."),
     offline: bool = typer.Option(False, "--offline", help="Run without the service: unwitnessed, so the result "
                                                           "can only enter the open division."),
+    rehearsal: bool = typer.Option(False, "--rehearsal",
+                                   help="A rehearsal of an official run (needs --system): witnessed on a rehearsal "
+                                        "token, verified like an official run when submitted with `submit "
+                                        "--rehearsal`, shown to this site only; never ranked, never official, and "
+                                        "counted apart from the system's runs."),
     server: str = typer.Option(None, "--server", help="The AIPerf service (default: $AIPERF_SERVER, else what "
                                                       "`register` saved)."),
     token: str = typer.Option(None, "--token", help="The site's API token (default: $AIPERF_TOKEN, else what "
@@ -133,7 +138,7 @@ def run(
                                system_name=system_name.strip(), interconnect=interconnect.strip(),
                                publish_hostnames=publish_hostnames, lr_scaling=lr_scaling,
                                lr_reference_batch=lr_reference_batch, lr_warmup_epochs=lr_warmup_epochs,
-                               cpu_bind=not no_cpu_bind)
+                               cpu_bind=not no_cpu_bind, rehearsal=rehearsal)
             controller = _create(config, run_dir, peak_flops, display, system, offline, server, token)
     with _stop_on_signals(controller):
         _announce(controller, resumed=resume is not None)
@@ -188,6 +193,8 @@ def _create(config: RunConfig, run_dir: Path, peak_flops: list[str] | None, disp
     from aiperf_runner.run.controller import Controller
     from aiperf_runner.util.sysinfo import parse_peak_overrides
 
+    if config.rehearsal and system is None:
+        raise ValueError("--rehearsal needs --system: a rehearsal is witnessed by the service like an official run")
     registration, service = _registration(system, offline, server, token)
     return Controller.create(config, run_dir, peak_overrides=parse_peak_overrides(peak_flops),
                              progress=display, registration=registration, service=service)

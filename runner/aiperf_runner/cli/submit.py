@@ -48,6 +48,7 @@ def _summary(sub: dict[str, Any]) -> dict[str, Any]:
         "bundle": sub.get("bundle"),
         "sha256": sub.get("sha256"),
         "timed_out": bool(sub.get("timed_out")),
+        "rehearsal": bool(sub.get("rehearsal")),
     }
 
 
@@ -64,6 +65,9 @@ def submit_cmd(
     chunk_size: Annotated[float, typer.Option("--chunk-size", min=0, help="MiB: a bundle larger than this is "
                                               "uploaded in resumable chunks of this size (0: in one request).")]
     = CHUNK_SIZE / (1 << 20),
+    rehearsal: Annotated[bool, typer.Option("--rehearsal", help="Submit a rehearsal (`run --rehearsal`): verified "
+                                            "like an official run and shown to this site only, never ranked. A "
+                                            "rehearsal's run needs it, any other run is refused with it.")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Sign, pack and upload a run; wait for the service's verification; print score, rank and URL.
@@ -77,7 +81,8 @@ def submit_cmd(
         if run_dir.is_dir():
             _complete_witness(run_dir, service, as_json)
         sub = submit_bundle(service, run_dir, key_path=key, wait=not no_wait, timeout=timeout,
-                            retries=retries, quiet=as_json, chunk_size=int(chunk_size * (1 << 20)))
+                            retries=retries, quiet=as_json, chunk_size=int(chunk_size * (1 << 20)),
+                            rehearsal=rehearsal)
     except Failure as exc:
         if not as_json:
             raise
@@ -141,6 +146,9 @@ def _print(d: dict[str, Any]) -> None:
         lines.append(f"score:        {d['score_ops']:.6g} OPS (regulated {d['regulated_score_ops']:.6g} OPS)")
         rank = f"{d['rank']} in the {d['division']} division" if d["rank"] else \
             f"not ranked yet ({d['division']} division; awaiting publication)"
+        if d["rehearsal"]:
+            rank = f"none: a rehearsal (verified as the {d['division']} division would be; shown to this site " \
+                   "only, never ranked)"
         lines.append(f"rank:         {rank}")
         lines.append(f"verification: {d['verification_level']}")
     if d.get("challenge"):

@@ -77,8 +77,9 @@ def _refused(resp: httpx.Response) -> Failure:
 
 
 def upload(c: httpx.Client, server: str, path: Path, chunk_size: int, retries: int, backoff: float,
-           say: Callable[[str], None]) -> httpx.Response:
+           say: Callable[[str], None], *, rehearsal: bool = False) -> httpx.Response:
     """Upload `path` in chunks of `chunk_size` bytes; the service's last answer (200/201, the submission).
+    `rehearsal`: announced as a rehearsal's run.
 
     `retries` failures in a row with no progress (a cut connection, a service restarting, 429/5xx) give up;
     any progress resets the count.
@@ -108,6 +109,8 @@ def upload(c: httpx.Client, server: str, path: Path, chunk_size: int, retries: i
             if url is None:
                 meta = f"sha256 {base64.b64encode(digest.encode()).decode()}," \
                        f"filename {base64.b64encode(path.name.encode()).decode()}"
+                if rehearsal:
+                    meta += f",rehearsal {base64.b64encode(b'true').decode()}"
                 resp = c.post("/api/v1/uploads/", headers={**TUS, "Upload-Length": str(size),
                                                            "Upload-Metadata": meta})
                 if resp.status_code == 200:

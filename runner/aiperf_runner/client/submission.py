@@ -76,11 +76,11 @@ def _bundle_for(path: Path, key_path: Path | None, say: Say) -> Path:
 
 def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None, wait: bool = True,
                   timeout: float = 600.0, retries: int = 5, backoff: float = 2.0,
-                  quiet: bool = False, chunk_size: int = CHUNK_SIZE) -> dict[str, Any]:
+                  quiet: bool = False, chunk_size: int = CHUNK_SIZE, rehearsal: bool = False) -> dict[str, Any]:
     """Upload and (optionally) wait; return the submission as the service last described it.
 
     A bundle larger than `chunk_size` bytes goes in resumable chunks (aiperf_runner/client/chunked.py); a smaller
-    one, or any with `chunk_size` 0, in one request.
+    one, or any with `chunk_size` 0, in one request. `rehearsal`: submitted as a rehearsal (`run --rehearsal`).
     """
     say = say_to_stderr(quiet)
     try:
@@ -93,10 +93,11 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
     with client(service, timeout=max(60.0, size / 1e6)) as c:
         def send() -> httpx.Response:
             with open(out, "rb") as fh:
-                return c.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")})
+                return c.post("/api/v1/submissions/", files={"bundle": (out.name, fh, "application/gzip")},
+                              data={"rehearsal": "true"} if rehearsal else None)
 
         if chunk_size and size > chunk_size:
-            resp = chunked.upload(c, service.server, out, chunk_size, retries, backoff, say)
+            resp = chunked.upload(c, service.server, out, chunk_size, retries, backoff, say, rehearsal=rehearsal)
         else:
             resp = request(send, "uploading", retries, backoff, say)
         if resp.status_code == 401:

@@ -87,6 +87,8 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
         "score_ops": scored.get("score_ops"),
         "regulated_score_ops": scored.get("regulated_score_ops"),
     }
+    if (run_json.get("config") or {}).get("rehearsal"):
+        out["rehearsal"] = True
     if verified is not None:
         out.update({k: verified.get(k) for k in ("integrity_ok", "valid", "stable", "plausible", "division")})
         out["checks_failed"] = [c.get("name") for c in verified.get("checks", []) if not c.get("passed")]
@@ -152,6 +154,9 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                                       f"division {s.get('division')}; {checks}")
     elif s.get("verify_error"):
         table.add_row("verification", f"not available: {s['verify_error']}")
+    if s.get("rehearsal"):
+        table.add_row("rehearsal", "yes: never ranked; `aiperf-runner submit --rehearsal` has it verified for this "
+                                   "site only")
     console.print(table)
 
 

@@ -97,10 +97,13 @@ def ask_run_token(config: RunConfig, registration: dict[str, Any] | None,
     """The service's run id and token for a witnessed run (None: unwitnessed)."""
     if service is None or registration is None:
         return None
-    return ask_token(service, registration, {
+    fields: dict[str, Any] = {
         "preset": config.preset, "rules": config.rules, "precision": config.precision,
         "slots": config.slots, "devices_per_slot": config.devices_per_slot,
-        "duration_s": config.duration_s, "runner_version": __version__})
+        "duration_s": config.duration_s, "runner_version": __version__}
+    if config.rehearsal:
+        fields["rehearsal"] = True
+    return ask_token(service, registration, fields)
 
 
 def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config: dict[str, Any],

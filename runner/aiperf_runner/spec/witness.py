@@ -33,6 +33,8 @@ TOKEN_KIND = "aiperf-run-token/1"
 RECEIPT_KIND = "aiperf-receipt/1"
 HEARTBEAT_KIND = "aiperf-heartbeat/1"
 RECEIPT_FIELDS = ("run_id", "heartbeat_seq", "head", "received_at", "beacon", "key")
+TOKEN_REHEARSAL = "rehearsal"
+"""In a rehearsal token's statement (true): the run is verified for its site only and never ranked."""
 TOKEN_BOUND = ("preset", "rules", "precision", "slots", "devices_per_slot", "duration_s", "runner_version")
 
 
