@@ -188,7 +188,9 @@ def main() -> None:
         print(f"  {reason.get('check')}: {reason.get('message')}")
     if result.get("score_ops") is not None:
         print(f"score:       {result['score_ops']:.4g} OPS (regulated {result['regulated_score_ops']:.4g} OPS)")
-        print(f"rank:        {result['rank']} in the {result['division']} division")
+        print(f"rank:        {result['rank']} in the {result['division']} division" if result.get("rank") else
+              f"rank:        none ({result['division']} division): the list ranks each system's best result "
+              "only (an earlier demo run may have scored higher), once audited and reviewed")
     if result.get("challenge"):
         print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
               f"{', '.join(result['challenge'])} re-evaluated by the service)")
