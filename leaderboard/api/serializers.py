@@ -317,9 +317,9 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
 
 def flag(raw: object) -> bool:
-    """A yes/no field of a form or of tus Upload-Metadata: `true`, `1`, `yes` or `on` (any case) is yes;
-    anything else, or nothing, no."""
-    return str(raw or "").strip().lower() in ("true", "1", "yes", "on")
+    """A yes/no field of a form or of tus Upload-Metadata, read as DRF reads a BooleanField's true values
+    (`true`, `1`, `yes`, `on`, ...); anything else, or nothing, is no."""
+    return str(raw or "").strip() in serializers.BooleanField.TRUE_VALUES
 
 
 class SubmissionUploadSerializer(serializers.Serializer):

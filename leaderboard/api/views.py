@@ -251,13 +251,13 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     is shown to its own site only."""
 
     queryset = Submission.objects.select_related("site", "result").all()
-
-    def get_queryset(self):
-        return super().get_queryset().filter(Q(rehearsal=False) | own_rehearsals(self.request))
     serializer_class = s.SubmissionSerializer
     filterset_class = filters.SubmissionFilter
     ordering_fields = ["created_at", "status"]
     parser_classes = [MultiPartParser, FormParser]
+
+    def get_queryset(self):
+        return super().get_queryset().filter(Q(rehearsal=False) | own_rehearsals(self.request))
 
     @extend_schema(
         request=s.SubmissionUploadSerializer,

@@ -407,6 +407,7 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
     peaks = [(k, fmt.flops(v)) for k, v in sorted((s.peak_flops or {}).items()) if isinstance(v, (int, float))]
     siblings = (System.objects.filter(site=s.site, accelerator_model=s.accelerator_model).exclude(pk=s.pk)
                 .order_by("nodes"))
+    attempts = attempt_counts(s) if s.registered else None  # one query for the three rows below
     context = {
         "s": s, "label": fmt.system_label(s), "table": table, "charts": charts_html, "peaks": peaks,
         "siblings": list(siblings), "family_nodes": sorted({r.system.nodes for r in family}),
@@ -418,10 +419,10 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             ("CPU", f"{s.cpu_model or '–'}" + (f" ({s.cpu_cores} cores)" if s.cpu_cores else "")),
             ("Registration", s.get_status_display() + (f": {s.status_reason}" if s.status_reason else "")),
             ("Runs attempted / submitted / verified",
-             "{attempted} / {submitted} / {verified}".format(**attempt_counts(s)) if s.registered else "– (unregistered)"),
-            ("Abandoned runs (no submission within a week)", f"{attempt_counts(s)['abandoned']}" if s.registered else "–"),
+             "{attempted} / {submitted} / {verified}".format(**attempts) if attempts else "– (unregistered)"),
+            ("Abandoned runs (no submission within a week)", f"{attempts['abandoned']}" if attempts else "–"),
             ("Rehearsals (private, never ranked) / verified",
-             "{rehearsals} / {rehearsals_verified}".format(**attempt_counts(s)) if s.registered else "–"),
+             "{rehearsals} / {rehearsals_verified}".format(**attempts) if attempts else "–"),
             ("First seen", fmt.date(s.created_at)),
         ],
         "nav": "list",
