@@ -94,6 +94,11 @@ class Backend(abc.ABC):
 
     name: str = "abstract"
     options_class: ClassVar[type[BackendOptions]] = BackendOptions
+    # Launches that may block (a scheduler's submit command, which can hang for minutes) go out
+    # from this many threads, so that the controller's loop never waits on one; 0: `launch`
+    # returns at once and is called on the loop. A backend that sets it implements `submit`, safe
+    # to call from those threads, and `adopt`, which the loop calls with each handle submitted.
+    launch_workers: int = 0
 
     def __init__(self, run_dir: Path, **options: Any) -> None:
         self.run_dir = Path(run_dir)
@@ -108,6 +113,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch(self, spec: LaunchSpec, slot: Slot) -> TrialHandle:
         """Start one attempt on a free slot and return at once."""
+
+    def submit(self, spec: LaunchSpec, slot: Slot) -> TrialHandle:
+        """With `launch_workers`: `launch`'s blocking part, called from a launch thread (it may run
+        beside the loop's calls of poll, wait_changed and the rest). The handle is not polled or
+        cancelled before `adopt` has taken it."""
+        return self.launch(spec, slot)
+
+    def adopt(self, handle: TrialHandle) -> None:
+        """With `launch_workers`: on the loop's thread, a handle `submit` returned, before its first poll."""
+        return None
 
     def known_hosts(self) -> list[str]:
         """Host names the run's trials may run on (their pseudonyms are made at the start, so that

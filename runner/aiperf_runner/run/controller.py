@@ -56,6 +56,7 @@ from aiperf_runner.data import staging as stagedata
 from aiperf_runner.data.presets import epoch_budget, get_preset
 from aiperf_runner.run import startup
 from aiperf_runner.run.heartbeats import WitnessedLog, Witnessing, first_line_hash, token_interval
+from aiperf_runner.run.launches import Launches
 from aiperf_runner.run.state import INTERRUPTED, RunState, TrialState, read_run_json
 from aiperf_runner.run.trialtail import TrialTail
 from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
@@ -134,6 +135,7 @@ class Controller:
         self._prepared: deque[_Prepared] = deque()  # the first wave, written before the clock
         self._trials_root = (run_dir / "trials").resolve()
         self.running: dict[int, Running] = {}  # slot index -> attempt
+        self.launches = Launches(backend)  # attempts whose launch is in flight (a backend whose launches block)
         self._slot_of: dict[TrialHandle, int] = {}  # running handle -> slot index
         self._free = [slot.index for slot in self.slots]  # a heap: the lowest free slot is filled first
         self._slot_by_index = {slot.index: slot for slot in self.slots}
@@ -324,9 +326,11 @@ class Controller:
                     reason = "duration"
                     break
                 self._check_running(news)
+                self._launched()
                 self._fill_slots()
                 self._witness()
-                if not self.running and not self.state.waiting() and self.buffer.idle_exhausted:
+                if (not self.running and not self.launches.pending and not self.state.waiting()
+                        and self.buffer.idle_exhausted):
                     reason = "exhausted"
                     break
                 self._report_progress()
@@ -445,6 +449,9 @@ class Controller:
         run = self.running.pop(slot_index)
         self._slot_of.pop(run.handle, None)
         self.tails.pop(run.trial.trial, None)  # a retry reads the trial's log afresh
+        self._free_slot(slot_index)
+
+    def _free_slot(self, slot_index: int) -> None:
         if slot_index in self._lost:  # lost while its attempt ran: it goes now
             self._log("slot_lost", slot=slot_index, **self._lost[slot_index])
         else:
@@ -473,14 +480,16 @@ class Controller:
     def _fill_slots(self) -> None:
         """Each free slot once, lowest first: work that grows with the free slots, not all of them."""
         refused: list[int] = []
+        launching = self.launches.trials()
         while self._free:
-            waiting = self.state.waiting()
+            waiting = [t for t in self.state.waiting() if t.trial not in launching]
             tr = waiting[0] if waiting else self._next_trial()
             if tr is None:
                 break
             index = heapq.heappop(self._free)
             if not self._launch(tr, self._slot_by_index[index]):
                 refused.append(index)
+            launching.add(tr.trial)
             # A wave of hundreds of launches takes minutes: heartbeats stay on their clock meanwhile.
             self._witness()
         for index in refused:
@@ -549,24 +558,45 @@ class Controller:
                 "--nproc", str(slot.devices_per_node))
         spec = LaunchSpec(trial_id=tr.trial, attempt=attempt, argv=argv, trial_dir=trial_dir,
                           stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
+        if self.launches.background:  # its trial_started when the launch has returned (_launched)
+            self.launches.start(tr, attempt, slot, spec)
+            return True
         try:
             handle = self.backend.launch(spec, slot)
         except Exception as exc:  # noqa: BLE001 - a launch failure is the attempt's failure
-            self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(slot.nodes),
-                      devices=slot.world_size)
-            self._failed(tr, attempt, f"launch failed: {type(exc).__name__}: {exc}")
-            self._launch_failures_in_a_row += 1
-            if self._launch_failures_in_a_row >= LAUNCH_FAILURES_IN_A_ROW:
-                raise ControllerError(f"the {self.config.backend} backend failed to launch "
-                                      f"{self._launch_failures_in_a_row} attempts in a row; the last: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+            self._launch_failed(tr, attempt, slot, exc)
             return False
+        self._started(tr, attempt, slot, handle)
+        return True
+
+    def _launched(self) -> None:
+        """The launches in flight that returned: each attempt running, or failed at its launch."""
+        for launch in self.launches.done():
+            try:
+                handle = launch.future.result()
+            except Exception as exc:  # noqa: BLE001 - a launch failure is the attempt's failure
+                self._launch_failed(launch.trial, launch.attempt, launch.slot, exc)
+                self._free_slot(launch.slot.index)
+                continue
+            self.backend.adopt(handle)
+            self._started(launch.trial, launch.attempt, launch.slot, handle)
+
+    def _launch_failed(self, tr: TrialState, attempt: int, slot: Slot, exc: Exception) -> None:
+        self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=list(slot.nodes),
+                  devices=slot.world_size)
+        self._failed(tr, attempt, f"launch failed: {type(exc).__name__}: {exc}")
+        self._launch_failures_in_a_row += 1
+        if self._launch_failures_in_a_row >= LAUNCH_FAILURES_IN_A_ROW:
+            raise ControllerError(f"the {self.config.backend} backend failed to launch "
+                                  f"{self._launch_failures_in_a_row} attempts in a row; the last: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+
+    def _started(self, tr: TrialState, attempt: int, slot: Slot, handle: TrialHandle) -> None:
         self._launch_failures_in_a_row = 0
         nodes = list(handle.nodes)
         self._log("trial_started", trial=tr.trial, attempt=attempt, slot=slot.index, nodes=nodes, devices=slot.world_size)
         self.running[slot.index] = Running(tr, attempt, slot, handle, nodes)
         self._slot_of[handle] = slot.index
-        return True
 
     def _tail(self, trial: str) -> TrialTail:
         tail = self.tails.get(trial)
@@ -586,6 +616,8 @@ class Controller:
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         cancel_reason = "duration" if reason == "duration" else "stop"
+        # Launches still in flight, or returned since the last pass, never started as far as the log
+        # says: their jobs are stopped after run_finished, by the backend's shutdown.
         # Every attempt is stopped first, then each is logged: the time from the end of the run to
         # run_finished (which counts in the score's time and in no slot's work) is one pass of log
         # lines, not of cancellations and file deletions (thousands of slots: seconds).
@@ -612,6 +644,7 @@ class Controller:
         try:
             if self.witnessed_log is not None:
                 self.witnessed_log.final(FINAL_RECEIPT_WAIT_S)
+            self.launches.close()
             self.backend.shutdown()
             # A finished run is never resumed: no checkpoint is of use now (retries that never
             # started, a SLURM job that wrote one more while its scancel took effect).
@@ -656,7 +689,7 @@ class Controller:
             "run_id": self.run_json["run_id"], "preset": self.config.preset, "run_dir": str(self.run_dir),
             "elapsed_s": now - started, "duration_s": self.config.duration_s,
             "remaining_s": max(0.0, self.deadline - now) if self.state.started_at else self.config.duration_s,
-            "slots": len(self.slots), "slots_busy": len(self.running),
+            "slots": len(self.slots), "slots_busy": len(self.running) + len(self.launches.pending),
             "running": [{"slot": r.slot.index, "trial": r.trial.trial, "attempt": r.attempt,
                          "epochs": r.trial.epochs_counted, "budget": r.trial.epoch_budget}
                         for r in sorted(self.running.values(), key=lambda r: r.slot.index)],

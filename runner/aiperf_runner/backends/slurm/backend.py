@@ -210,6 +210,7 @@ class SlurmBackend(Backend):
         self.probe = opts.probe
         self.probe_timeout_s = opts.probe_timeout_s
         self.extra_sbatch_args = opts.extra_sbatch_args
+        self.launch_workers = opts.launch_workers
         self.launcher = Launcher.from_options(self.run_dir, opts)
         self.placement = Placement(partition=self.partition, account=self.account, reservation=opts.reservation,
                                    qos=opts.qos, constraint=opts.constraint, extra=self.extra_sbatch_args)
@@ -296,6 +297,14 @@ class SlurmBackend(Backend):
 
     # ---- launching ----
     def launch(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
+        handle = self.submit(spec, slot)
+        self.adopt(handle)
+        return handle
+
+    def submit(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
+        """The batch script written and sbatch'ed (up to 3 tries of a minute each: from a launch
+        thread, while the controller's loop goes on), then the start wait if there is one. It reads
+        the backend's state and changes none of it: `adopt` tracks the job."""
         spec.trial_dir.mkdir(parents=True, exist_ok=True)
         for path in (spec.stdout, spec.stderr):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -309,16 +318,19 @@ class SlurmBackend(Backend):
         # sbatch runs in the run directory: the script's path relative to it (a relative --out
         # would otherwise name the script twice over).
         out = run_slurm(["sbatch", "--parsable", "--export=ALL", f"--chdir={run_dir}",
-                         *exclude_args(self.extra_sbatch_args, self._excluded), job_path(script, self.run_dir)],
+                         *exclude_args(self.extra_sbatch_args, list(self._excluded)), job_path(script, self.run_dir)],
                         env=env, cwd=run_dir, tries=3)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed no job id: {out.strip()!r}")
         prefix.with_name(prefix.name + ".jobid").write_text(job_id + "\n")
         handle = SlurmHandle(self, spec, self._nominal(slot), job_id, prefix)
-        self.track(handle)
         self._wait_started(handle)
         return handle
+
+    def adopt(self, handle: TrialHandle) -> None:
+        assert isinstance(handle, SlurmHandle)
+        self.track(handle)
 
     def exclude_node(self, node: str, free: Collection[int]) -> set[int] | None:
         """Later jobs get `--exclude` with the node; the slots the nodes left cannot hold (exclusive
@@ -357,7 +369,7 @@ class SlurmBackend(Backend):
             return
         # Pending by the last squeue, and still not started by its nodes file (the cache may be older).
         others_pending = any(h is not handle and not h.started() and (self._cache.get(j) or {}).get("state") == "PENDING"
-                             for j, h in self._live.items())
+                             for j, h in list(self._live.items()))
         if others_pending:
             return
         deadline = time.monotonic() + self.start_wait_s

@@ -48,6 +48,9 @@ class SlurmOptions(SlurmCommonOptions):
     # Seconds launch() waits for the job to start (so that trial_started names its real nodes).
     # 0: none; the controller's loop goes on at once (a wave of hundreds of launches).
     start_wait_s: float = 0.0
+    # sbatch calls in flight at once, from threads beside the controller's loop (a first wave of
+    # hundreds of jobs; an sbatch that hangs holds one thread, not the loop and its heartbeats).
+    launch_workers: int = option(8, minimum=1)
     squeue_interval_s: float = SQUEUE_INTERVAL_S
     exit_file_grace_s: float = EXIT_FILE_GRACE_S
     shutdown_wait_s: float = 30.0  # one deadline for every job of the run to leave the queue at shutdown
