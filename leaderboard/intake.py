@@ -68,11 +68,13 @@ def same_bundle(site: Site, digest: str, rehearsal: bool) -> Submission | None:
     return existing
 
 
-def check_run_id(run_id: str) -> None:
-    seen = Submission.objects.filter(run_id=run_id).only("pk").first()
-    if seen is not None:
-        raise Rejected("run_id", f"run {run_id} was already submitted (submission {seen.pk}); "
-                                 "a run can be submitted once")
+def check_run_id(run_id: str, site: Site) -> None:
+    seen = Submission.objects.filter(run_id=run_id).only("pk", "site_id").first()
+    if seen is None:
+        return
+    # Another site's submission is not this site's business: neither its number nor that it is another's.
+    which = f" (submission {seen.pk})" if seen.site_id == site.pk else ""
+    raise Rejected("run_id", f"run {run_id} was already submitted{which}; a run can be submitted once")
 
 
 def precheck(path: Path, site: Site, rehearsal: bool = False) -> tuple[SiteKey, str]:
@@ -83,7 +85,7 @@ def precheck(path: Path, site: Site, rehearsal: bool = False) -> tuple[SiteKey, 
         bundles.check_signed(root, key.public_key)
         bundles.check_chain(root)
     check_rehearsal(manifest["run_id"], rehearsal)
-    check_run_id(manifest["run_id"])
+    check_run_id(manifest["run_id"], site)
     return key, manifest["run_id"]
 
 
@@ -174,7 +176,7 @@ def accept(site: Site, tmp: Path, digest: str, size: int, *, rehearsal: bool = F
         existing = same_bundle(site, digest, rehearsal)
         if existing is not None:
             return Received(existing, False)
-        check_run_id(run_id)
+        check_run_id(run_id, site)
         raise
     except BaseException:
         if final is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
@@ -34,6 +35,8 @@ from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
 from leaderboard.models import Edition, EditionEntry, Result, RunAttempt, Site, SiteKey, Submission, System, WitnessKey
+
+logger = logging.getLogger(__name__)
 
 CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
                                               "check": serializers.CharField(help_text="the check that failed")})
@@ -182,7 +185,11 @@ class RunViewSet(viewsets.GenericViewSet):
         try:
             attempt = witness.issue_token(request.auth, system, fields, rehearsal=rehearsal)
         except witness.WitnessUnavailable as exc:
-            return Response({"detail": str(exc), "check": "witness"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+            # The reason names a file of the server's: for its log, not for the site.
+            logger.error("run token refused: %s", exc)
+            return Response({"detail": "this service cannot witness runs now (it has no witness key); "
+                                       "its maintainers have been told", "check": "witness"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response({"run_id": attempt.run_id, "token": witness.token_of(attempt),
                          "heartbeat_interval_s": attempt.heartbeat_interval_s,
                          "witness": {"fingerprint": witness.fingerprint()}}, status=status.HTTP_201_CREATED)

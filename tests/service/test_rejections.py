@@ -114,6 +114,19 @@ def test_already_seen_run_id_in_a_new_bundle(site_a, run_dir, make_bundle, media
     assert nothing_left(media_root) == files
 
 
+def test_a_run_another_site_submitted_is_refused_without_naming_its_submission(site_a, site_b, run_dir,
+                                                                             make_bundle, media_root):
+    run = run_dir()
+    assert upload(site_a.client, make_bundle(site_a.key, path=run)).status_code == 201
+    files = nothing_left(media_root)
+    resp = upload(site_b.client, make_bundle(site_b.key, path=run))  # a copy, signed with site B's key
+    refused(resp, 400, "run_id", "already submitted")
+    assert "submission" not in resp.json()["detail"].replace("already submitted", "")
+    assert Submission.objects.count() == 1 and nothing_left(media_root) == files
+    mine = upload(site_a.client, make_bundle(site_a.key, path=run))  # its own site is told which
+    refused(mine, 400, "run_id", f"(submission {Submission.objects.get().pk})")
+
+
 def test_oversize_upload(site_a, make_bundle, media_root, settings):
     settings.AIPERF_MAX_UPLOAD_BYTES = 2000
     path = make_bundle(site_a.key)
