@@ -74,7 +74,7 @@ def test_the_runner_container_builds_and_runs_the_smoke_preset(runner_image: str
     # As this user (files the host can remove), with no network: an offline run needs none.
     box = ["run", "--rm", "--network", "none", "--user", f"{os.getuid()}:{os.getgid()}", "-e", "HOME=/tmp",
            "-v", f"{runs}:/runs", runner_image]
-    out = docker(*box, "aiperf-runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "60s",
+    out = docker(*box, "aiperf-runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "45s",
                  "--offline", "--out", "/runs/smoke", "--progress", "plain")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "run finished (duration)" in out.stdout

@@ -1,9 +1,10 @@
 """Real images, briefly: `aiperf-runner run --preset fashion-mnist` on Fashion-MNIST with 2 slots.
 
-Bounded: a 4-minute run (plus start and verification). The first round's trials train 5 epochs
-each, an epoch in 30-40 s with two slots on a 2-core machine (CI's took 38 s), so the seed finishes
-after about 3 minutes; the run must finish at least one trial, train both slots' trials, and reach a
-best validation accuracy of 0.85 (the seed reaches about 0.89 in 5 epochs; see docs/running.md for
+Bounded: a 150-second run (plus start and verification). The first round's trials train 5 epochs
+each, an epoch in 16-19 s with two slots on this 2-core machine and in about 38 s on CI's, so the
+run trains 3-8 epochs in all; it must train both slots' trials, at least 2 epochs of one, and
+reach a best validation accuracy of 0.80 (the seed: 0.78 after 1 epoch, 0.87 after 3, 0.90 after
+5; trials finishing are tested with the smoke preset, test_smoke_real.py; see docs/running.md for
 what longer runs reach).
 """
 
@@ -22,7 +23,7 @@ from tests.runner.conftest import SHORT_RUN_CHECKS, cli, failed_checks
 
 pytest.importorskip("torch")
 
-MIN_ACCURACY = 0.85
+MIN_ACCURACY = 0.80
 
 
 @pytest.mark.slow
@@ -30,7 +31,7 @@ def test_a_real_fashion_mnist_run_learns_and_verifies(tmp_path: Path, monkeypatc
     need_service(Path(idxdata.DEFAULT_DIR, "train-images-idx3-ubyte.gz").exists(),
                  f"Fashion-MNIST not installed in {idxdata.DEFAULT_DIR} (apt-get install dataset-fashion-mnist)")
     run_dir = tmp_path / "run"
-    out = cli("run", "--preset", "fashion-mnist", "--slots", "2", "--duration", "4m", "--out", str(run_dir),
+    out = cli("run", "--preset", "fashion-mnist", "--slots", "2", "--duration", "150s", "--out", str(run_dir),
               "--progress", "plain", env={"AIPERF_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "run finished (duration)" in out.stdout
@@ -39,8 +40,8 @@ def test_a_real_fashion_mnist_run_learns_and_verifies(tmp_path: Path, monkeypatc
                                    "classes": 10, "image_size": 28, "channels": 1,
                                    "sha256": run_json["dataset"]["sha256"]}
     state = RunState.load(run_dir)
-    assert state.count("finished") >= 1, out.stdout
-    assert len({event["trial"] for event in state.epoch_records()}) >= 2, out.stdout  # both slots trained
+    epochs = [event["trial"] for event in state.epoch_records()]
+    assert len(set(epochs)) >= 2 and max(map(epochs.count, epochs)) >= 2, out.stdout  # both slots trained
     assert state.best_accuracy() is not None and state.best_accuracy() >= MIN_ACCURACY, out.stdout
     for event in state.epoch_records():  # every epoch trained the whole training set and evaluated all 10,000
         assert event["images_trained"] == 60_000 and event["images_evaluated"] == 10_000

@@ -32,7 +32,7 @@ CHECKLIST = REPO / "docs" / "operator-checklist.md"
 # (as the checklist writes it, what runs here, the commands it applies to, why). Applied in order.
 SUBSTITUTIONS: list[tuple[str, str, str, str]] = [
     ("--preset imagenet --data /shared/imagenet", "--preset smoke", "run", "no ImageNet on a test machine"),
-    ("--duration 2h", "--duration 45s", "run", "a test's time (the estimate keeps its 2 hours)"),
+    ("--duration 2h", "--duration 30s", "run", "a test's time (the estimate keeps its 2 hours)"),
     ("--duration 5m", "--duration 20s", "run", "a test's time"),
     (" --partition gpu", "", "run", "the test cluster's only partition is its default"),
     (" --account proj42", "", "run", "the test cluster has no accounts"),

@@ -22,7 +22,7 @@ from tests.slurm.cluster import (
     wait_until,
 )
 
-SMOKE_S = 60
+SMOKE_S = 30
 
 
 def job_ids(run_dir: Path) -> dict[str, str]:
