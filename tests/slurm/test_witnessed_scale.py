@@ -70,7 +70,7 @@ def test_a_witnessed_128_slot_run_with_slow_job_starts(wide_cluster: Path, stack
     env = {**env_for(wide_cluster, FAKE_EPOCH_S="2"), **{k: v for k, v in stack.env.items() if k.startswith("AIPERF_")},
            "AIPERF_CONFIG_DIR": str(config)}
     run = [str(BIN / "aiperf-runner"), "run", "--backend", backend, "--preset", "smoke", "--slots", str(SLOTS),
-           "--duration", "60s", "--system", str(system["id"]), "--out", str(run_dir), "--progress", "plain",
+           "--duration", "45s", "--system", str(system["id"]), "--out", str(run_dir), "--progress", "plain",
            "--backend-opt", "probe=false", "--trial-module", "tests.runner.fake_trial"]
     if backend == "slurm":  # 64 one-CPU jobs share each node
         run += ["--backend-opt", "exclusive=false"]
