@@ -262,7 +262,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # OpenAPI links between the operations (create -> read, list -> item), for clients and schemathesis.
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "leaderboard.api.links.add_links"],
+    # Request bodies that refuse unknown fields say so (additionalProperties: false).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "leaderboard.api.links.add_links",
+                             "leaderboard.api.serializers.closed_request_bodies"],
     "ENUM_NAME_OVERRIDES": {
         "SubmissionStatusEnum": "leaderboard.models.Submission.Status",
         "DivisionEnum": "leaderboard.models.Division",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiperf_runner.spec import keys as spec_keys
@@ -14,6 +15,39 @@ from rest_framework import serializers
 from leaderboard.attempts import attempt_counts
 from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
 from leaderboard.systems import is_cpu, known_peak
+
+UNKNOWN_FIELD = "unknown field: this endpoint does not take it"
+
+
+def unknown_fields(data: Any, known: Any) -> dict[str, str]:
+    """{name: why} of each field a request sent that the endpoint does not take."""
+    if not isinstance(data, Mapping):
+        return {}
+    return {name: UNKNOWN_FIELD for name in sorted(set(data) - set(known))}
+
+
+class RefusesUnknownFields:
+    """A write serializer that refuses the fields it does not take, each named: a misspelt optional
+    field would otherwise be dropped and its default used without a word."""
+
+    fields: Any
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = unknown_fields(data, self.fields)
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+def closed_request_bodies(result: dict[str, Any], generator: Any, request: Any, public: Any) -> dict[str, Any]:
+    """Schema hook: the request bodies of RefusesUnknownFields serializers say `additionalProperties: false`
+    (clients and schemathesis then send no field the endpoint refuses)."""
+    schemas = result.get("components", {}).get("schemas", {})
+    for cls in RefusesUnknownFields.__subclasses__():
+        name = cls.__name__.removesuffix("Serializer") + "Request"
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    return result
 
 
 def result_page_url(request, result_id: int) -> str:
@@ -108,7 +142,7 @@ class SystemSerializer(serializers.ModelSerializer):
         return self._attempts(system)["rehearsals_verified"]
 
 
-class SystemRegistrationSerializer(serializers.Serializer):
+class SystemRegistrationSerializer(RefusesUnknownFields, serializers.Serializer):
     """What a site registers (`aiperf-runner system add`)."""
 
     name = serializers.CharField(max_length=200)
@@ -127,7 +161,7 @@ class SystemRegistrationSerializer(serializers.Serializer):
         return data
 
 
-class RunRequestSerializer(serializers.Serializer):
+class RunRequestSerializer(RefusesUnknownFields, serializers.Serializer):
     """A run a site is about to start (the fields its token binds)."""
 
     system = serializers.IntegerField(help_text="a registered system of the site")
@@ -322,13 +356,13 @@ def flag(raw: object) -> bool:
     return str(raw or "").strip() in serializers.BooleanField.TRUE_VALUES
 
 
-class SubmissionUploadSerializer(serializers.Serializer):
+class SubmissionUploadSerializer(RefusesUnknownFields, serializers.Serializer):
     bundle = serializers.FileField(help_text="the signed bundle (`aiperf-runner pack`), a tar.gz")
     rehearsal = serializers.BooleanField(default=False, help_text="submitted as a rehearsal (`submit --rehearsal`): "
                                          "required for a run on a rehearsal token, refused for any other")
 
 
-class SiteKeySerializer(serializers.ModelSerializer):
+class SiteKeySerializer(RefusesUnknownFields, serializers.ModelSerializer):
     public_key = serializers.CharField(help_text="`aiperf-ed25519 <base64>` (site_key.pub) or the bare base64 key")
     site = SiteBriefSerializer(read_only=True)
     revoked = serializers.BooleanField(read_only=True)
