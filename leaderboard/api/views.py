@@ -290,8 +290,7 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def _receive(self, request) -> Response:
         unknown = s.unknown_fields(request.data, s.SubmissionUploadSerializer().fields)
         if unknown:  # a misspelt 'rehearsal' must not submit the run for the list
-            return Response({"detail": "; ".join(f"{k}: {v}" for k, v in unknown.items()), "check": "request"},
-                            status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError(unknown)  # answered as every refused form is (api/exceptions.py)
         upload = request.data.get("bundle") if hasattr(request.data, "get") else None
         if upload is None or not hasattr(upload, "chunks"):
             return Response({"detail": "send the bundle as the multipart file field 'bundle'", "check": "request"},

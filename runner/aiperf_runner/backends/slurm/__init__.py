@@ -29,7 +29,8 @@ number of slots; default: every usable node of the partition), `devices_per_slot
 per slot when `gpus_per_node` is 0), `exclusive` (True: one trial per node, with all of its memory,
 `--mem=0`, unless `extra_sbatch_args` give a memory option; False: jobs share nodes and `slots` says
 how many run at once), `start_wait_s` (0: a launch does not wait for its job to start),
-`launch_workers` (8 sbatch calls in flight at once, in threads beside the controller's loop), `shutdown_wait_s`, `probe`, `probe_timeout_s`, `extra_sbatch_args`.
+`launch_workers` (8 sbatch calls in flight at once, in threads beside the controller's loop),
+`shutdown_wait_s`, `probe`, `probe_timeout_s`, `extra_sbatch_args`.
 
 The package: options.py (the declared options of both backends), commands.py (running sbatch/squeue/scancel/sinfo/sacct and reading what they print, job
 states), placement.py (partition, reservation, QOS, constraint: usable nodes and the probe), launcher.py

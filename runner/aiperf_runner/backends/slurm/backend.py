@@ -303,8 +303,9 @@ class SlurmBackend(Backend):
 
     def submit(self, spec: LaunchSpec, slot: Slot) -> SlurmHandle:
         """The batch script written and sbatch'ed (up to 3 tries of a minute each: from a launch
-        thread, while the controller's loop goes on), then the start wait if there is one. It reads
-        the backend's state and changes none of it: `adopt` tracks the job."""
+        thread, while the controller's loop goes on), then the start wait if there is one. It tracks
+        nothing (`adopt` does, on the loop); only a start wait refreshes the squeue cache (job_info),
+        which the loop's polls share."""
         spec.trial_dir.mkdir(parents=True, exist_ok=True)
         for path in (spec.stdout, spec.stderr):
             path.parent.mkdir(parents=True, exist_ok=True)
