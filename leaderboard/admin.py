@@ -88,17 +88,17 @@ class SystemAdmin(admin.ModelAdmin):
 
     @admin.action(description="Approve (the model's peak is known)")
     def approve(self, request, queryset):
-        n = queryset.filter(registered=True).exclude(status=System.Status.APPROVED).update(
-            status=System.Status.APPROVED, status_reason="")
-        for sub in Submission.objects.filter(result__system__in=queryset):
-            tasks.verify_submission.delay(sub.pk, reverify=True)
+        n, ids = systems.decide(queryset, True, "in the admin", str(request.user))
+        for pk in ids:
+            tasks.verify_submission.delay(pk, reverify=True)
         self.message_user(request, f"{n} system(s) approved; their results queued for re-verification")
 
     @admin.action(description="Reject")
     def reject(self, request, queryset):
-        n = queryset.filter(registered=True).update(status=System.Status.REJECTED,
-                                                    status_reason=f"rejected by {request.user}")
-        self.message_user(request, f"{n} system(s) rejected")
+        n, ids = systems.decide(queryset, False, "in the admin", str(request.user))
+        for pk in ids:
+            tasks.verify_submission.delay(pk, reverify=True)
+        self.message_user(request, f"{n} system(s) rejected; their results queued for re-verification")
 
 
 @admin.register(AcceleratorPeak)

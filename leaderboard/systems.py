@@ -3,7 +3,9 @@
 A site registers a system (`POST /api/v1/systems/`): known accelerator models (spec/peaks.py's table,
 a peak a maintainer added, or `cpu`) are approved at once unless `AIPERF_SYSTEM_APPROVAL=manual`; a
 model the table lacks waits `pending` until a list maintainer adds its peak (`AcceleratorPeak`),
-which approves every pending system of that model and re-verifies their results.
+which approves every pending system of that model and re-verifies their results. A maintainer
+approves or rejects a system by hand (`decide`: the admin's actions and `manage.py aiperf_system`),
+with the reason on its record; its results are re-verified under the new status.
 """
 
 from __future__ import annotations
@@ -100,3 +102,18 @@ def peak_added(peak: AcceleratorPeak) -> list[int]:
         result__system__accelerator_model__iexact=peak.accelerator_model,
         status__in=[Submission.Status.VERIFIED, Submission.Status.PUBLISHED]).values_list("pk", flat=True))
     return ids
+
+
+def decide(systems: Any, approve: bool, reason: str, by: str) -> tuple[int, list[int]]:
+    """A maintainer approves or rejects registered systems: (how many changed, the submissions to re-verify).
+    The reason and who decided go on the system's record (`status_reason`, shown on its page and in the API)."""
+    reason = reason.strip()
+    if not reason:
+        raise ValueError("a decision needs its reason")
+    status = S.APPROVED if approve else S.REJECTED
+    note = f"{'approved' if approve else 'rejected'} by {by}: {reason}"[:300]
+    with transaction.atomic():
+        changed = list(systems.filter(registered=True).exclude(status=status).values_list("pk", flat=True))
+        System.objects.filter(pk__in=changed).update(status=status, status_reason=note)
+        ids = list(Submission.objects.filter(result__system__in=changed).values_list("pk", flat=True))
+    return len(changed), ids

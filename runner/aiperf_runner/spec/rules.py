@@ -355,9 +355,13 @@ def check_registered(hw: Any, run_system_id: Any) -> dict[str, Any]:
     if not hw.registered:
         return check(name, threshold, None, False, "hardware unregistered: run.json's system facts are the site's "
                      "own statement (the service judges a run by its registered system; offline, verify --system FILE)")
+    if hw.status == "rejected":
+        return check(name, threshold, hw.system_id, False, f"system {hw.system_id} was rejected by a list "
+                     "maintainer (its record says why)")
     if hw.status != "approved":
-        return check(name, threshold, hw.system_id, False, f"system {hw.system_id} is {hw.status}: a list "
-                     f"maintainer has not yet added the peak of {hw.accelerator_model!r}")
+        return check(name, threshold, hw.system_id, False, f"system {hw.system_id} is {hw.status}: it waits for "
+                     f"a list maintainer's approval (or, for a model the peak table lacks, for "
+                     f"{hw.accelerator_model!r}'s peak)")
     if run_system_id is not None and str(run_system_id) != str(hw.system_id):
         return check(name, threshold, hw.system_id, False, f"run.json names system {run_system_id}, "
                      f"the registration is system {hw.system_id}")
