@@ -126,6 +126,21 @@ def unstable(path: Path, witness: TestWitness | None = None) -> None:
                       "epoch_seconds": lambda i, e: 250.0 if i < 24 else 3000.0}, run_id="0e" * 16, witness=witness)
 
 
+def overlapping_epochs(path: Path) -> None:
+    """Every epoch after a trial's first claims to have started when the epoch before it did, overlapping it:
+    each epoch's FLOP rate looks about half of what the slot did (what a run that trained twice the work its
+    slots could would need), and none starts before its attempt."""
+    def edit(events: list[dict[str, Any]]) -> None:
+        began: dict[tuple[str, int], float] = {}
+        for e in events:
+            if e["type"] == "epoch_end":
+                key, own = (e["trial"], e["attempt"]), e["started_at"]
+                if key in began:
+                    e.update(started_at=began[key], seconds=e["ended_at"] - began[key])
+                began[key] = own
+    _events(path, edit)
+
+
 def trial_more_devices_than_its_slot(path: Path) -> None:
     _events(path, lambda events: [e for e in events if e["type"] == "trial_started"][3].update(devices=2))
 
@@ -155,6 +170,7 @@ FORGERIES = (
     Forgery("resubmitted-new-run-id", new_run_id_second_system, "integrity.duplicate", "rejected",
             service_only=True),
     Forgery("unstable", unstable, "stability.score_cv", "open", fresh=True),
+    Forgery("epochs-overlap-in-an-attempt", overlapping_epochs, "plausibility.timestamps", "rejected"),
     Forgery("trial-claims-more-devices-than-its-slot", trial_more_devices_than_its_slot, "system.devices",
             "rejected"),
     Forgery("concurrent-trials-past-the-registration", concurrency_past_registration, "system.devices", "rejected",

@@ -4,7 +4,8 @@ spec/logaudit.py `LogAudit.on_epoch` makes the checks of an epoch line by line. 
 makes them again, vectorised, to tell which epochs it may fold at once, without `on_epoch`: the
 stateless ones in spec/epochscan.py `_rows` (`EpochLimits`: ends before it starts, ends after its
 line, images evaluated, images trained), those that need the trial's state in spec/epochplan.py
-`plan` (starts before its attempt, ends before the previous epoch, rate over the slot's peak). A
+`plan` (starts before its attempt, ends before the previous epoch, starts before the previous
+epoch of its attempt ended, rate over the slot's peak). A
 vectorised copy that missed a case would fold a failing epoch in silence. So for each check, epoch
 lines that fail it are written into a generated log, and the findings of the two folds must be
 equal, and not empty. `CHECKS` must name every finding `on_epoch` makes (`test_every_check_is_here`).
@@ -39,6 +40,7 @@ CHECKS: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "starts-before-attempt": ("timestamps", lambda d: d.update(started_at=d["started_at"] - 1e5)),
     "ends-before-previous": ("timestamps", lambda d: d.update(ended_at=d["ended_at"] - 9.0,
                                                               started_at=d["started_at"] - 9.0)),
+    "starts-before-previous-ends": ("timestamps", lambda d: d.update(started_at=d["started_at"] - 1.0)),
     "images-evaluated": ("validation", lambda d: d.update(images_evaluated=d["images_evaluated"] - 1)),
     "images-trained": ("images", lambda d: d.update(images_trained=int(IMAGES_CAP) + 1)),
     "rate-over-peak": ("epoch_rate", lambda d: d.update(started_at=d["ended_at"] - 1e-9)),

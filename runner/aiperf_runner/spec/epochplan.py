@@ -11,7 +11,8 @@ chunk's other lines:
   runs from before the first to after the last (started before, not ended, its slot not taken);
 - its epoch numbers follow on from the trial's last one (so every epoch counts, none is a gap);
   its `ended_at` never goes back, `started_at` is not before the attempt started (the clock-skew
-  tolerance), and no other line of the trial's (an epoch the ordinary path reads, a proposal)
+  tolerance) nor before the epoch before it ended (the trial's last end, whatever its attempt: a
+  new attempt's clock may be skewed, and is then folded line by line), and no other line of the trial's (an epoch the ordinary path reads, a proposal)
   comes after its first epoch here;
 - each epoch's FLOP rate stays within the rules' bound of its slot's peak;
 - no accuracy or end time is zero (a signed zero would make the order of equal maxima visible).
@@ -173,11 +174,13 @@ def plan(c: Chunk, fold: Fold) -> Plan | None:
         fold, lines, names, r.attempt[first].tolist(), r.offset[first].tolist(), r.offset[last].tolist(),
         one_attempt.tolist()))
     ok = ok_list.astype(bool)
-    # In trial order: each epoch the next one, its end not before the one before.
+    # In trial order: each epoch the next one, its end not before the one before, its start not before that end.
     epoch, ended = r.epoch[order], r.ended_at[order]
     step = np.empty(n, dtype=bool)
-    step[1:] = (epoch[1:] == epoch[:-1] + 1) & (ended[1:] >= ended[:-1])
-    step[starts] = (epoch[starts] == last_epoch + 1) & ~(ended[starts] < last_end)
+    started_in_order = r.started_at[order]
+    step[1:] = (epoch[1:] == epoch[:-1] + 1) & (ended[1:] >= ended[:-1]) & ~(started_in_order[1:] < ended[:-1])
+    step[starts] = ((epoch[starts] == last_epoch + 1) & ~(ended[starts] < last_end)
+                    & ~(started_in_order[starts] < last_end))
     ok &= np.logical_and.reduceat(step, starts)
     # In line order: started after its attempt, nothing zero; a group with a bad row is held.
     bad = (r.started_at < started[group] - audit.skew) | (r.val_accuracy == 0) | (r.ended_at == 0)
@@ -241,7 +244,7 @@ def _plan(c: Chunk, fold: Fold, lines: _Lines, order: Any, starts: Any, counts: 
         return column if every else column[free_rows]
 
     # per free trial, what its last epoch here leaves: (trial, epoch, epochs, accuracy, images
-    # evaluated, best accuracy, t, ended_at, offset, FLOPs or None)
+    # evaluated, best accuracy, t, ended_at, offset, FLOPs or None, attempt)
     g_free = np.flatnonzero(ok)
     at = last[g_free]
     best = np.maximum.reduceat(r.val_accuracy[order], starts)[g_free]  # no zero: equal maxima are alike
@@ -249,7 +252,7 @@ def _plan(c: Chunk, fold: Fold, lines: _Lines, order: Any, starts: Any, counts: 
                       r.val_accuracy[at].tolist(), r.images_evaluated[at].tolist(), best.tolist(), r.t[at].tolist(),
                       r.ended_at[at].tolist(), r.offset[at].tolist(),
                       [tuple(f) if k else None for f, k in zip(flops[g_free].tolist(), known[g_free].tolist(),
-                                                               strict=True)], strict=True))
+                                                               strict=True)], r.attempt[at].tolist(), strict=True))
     if acc._v1:
         work = of_free(flops[group, 0] * V1_TRAIN_IMAGES + flops[group, 1] * V1_EVAL_IMAGES)
     else:

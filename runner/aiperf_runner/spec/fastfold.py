@@ -179,8 +179,8 @@ class Fold:
         if last_off > p.last_applied:
             replay.last_t = float(t[-1])
         # per trial: what its last epoch leaves
-        trials, last_ended = replay.trials, audit._last_ended
-        for name, epoch, count, last_acc, evaluated, best, t_last, end, off_last, f in p.free_groups:
+        trials, last_ended, last_attempt = replay.trials, audit._last_ended, audit._last_attempt
+        for name, epoch, count, last_acc, evaluated, best, t_last, end, off_last, f, attempt in p.free_groups:
             tr = trials[name]
             tr.last_epoch = epoch
             tr.epochs_counted += count
@@ -190,6 +190,7 @@ class Fold:
             if off_last > p.last_end.get(name, -1):
                 tr.ended_t = t_last
             last_ended[name] = end  # never below the one before (planned)
+            last_attempt[name] = attempt
             if f is None:
                 acc.uncounted_epochs += count
         top = float(accuracy.max())

@@ -91,6 +91,7 @@ class LogAudit:
         self.max_epoch_rate: float | None = None
         self._last_t: float | None = None
         self._last_ended: dict[str, float] = {}
+        self._last_attempt: dict[str, int] = {}  # the attempt of each trial's last epoch line
         self._slot_peaks: dict[int, float | None] = {}  # devices -> slot_peak(devices), asked once
         self._by_anomaly = {"lifecycle": self.lifecycle, "slot_clash": self.slot_clash,
                             "concurrency": self.concurrency, "consistency": self.consistency,
@@ -190,7 +191,13 @@ class LogAudit:
         prev_end = self._last_ended.get(trial)
         if prev_end is not None and ended < prev_end:
             self.timestamps.add(line, f"trial {trial} epoch {epoch} ends before its previous epoch")
+        # One process times an attempt's epochs with one clock: no skew between them, and they cannot
+        # overlap (claimed overlapping epochs would spread one epoch's work over more seconds than it had).
+        if prev_end is not None and self._last_attempt.get(trial) == d["attempt"] and started < prev_end:
+            self.timestamps.add(line, f"trial {trial} epoch {epoch} starts ({started}) before the epoch before it "
+                                      f"in its attempt ended ({prev_end}): an attempt's epochs do not overlap")
         self._last_ended[trial] = ended if prev_end is None else max(ended, prev_end)
+        self._last_attempt[trial] = d["attempt"]
         trained, evaluated = d["images_trained"], d["images_evaluated"]
         if self.val_images is not None and evaluated != self.val_images:
             self.validation.add(line, f"trial {trial} epoch {epoch} evaluated {evaluated} images, "
