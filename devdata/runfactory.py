@@ -411,6 +411,7 @@ class TestWitness:
         self.fingerprint = spec_keys.fingerprint(self.public)
         self.interval, self.site, self.system = interval, site, system
         self._beacons = random.Random(seed)
+        self._chain: dict[str, str] = {}  # run id -> digest of its last receipt
 
     @property
     def keys(self) -> dict[str, bytes]:
@@ -420,6 +421,7 @@ class TestWitness:
         from aiperf_runner.spec import witness
 
         cfg = run["config"]
+        self._chain.pop(run["run_id"], None)  # a new token: its receipts start a chain of their own
         statement = {"kind": witness.TOKEN_KIND, "run_id": run["run_id"], "site": self.site, "system": self.system,
                      "preset": run["preset"], "rules": run["rules"], "precision": run["precision"],
                      "slots": cfg["slots"], "devices_per_slot": cfg["devices_per_slot"],
@@ -433,7 +435,8 @@ class TestWitness:
 
         statement = {"kind": witness.RECEIPT_KIND, "run_id": run_id, "heartbeat_seq": seq, "head": head,
                      "received_at": received_at, "beacon": f"{self._beacons.getrandbits(256):064x}",
-                     "key": self.fingerprint}
+                     "key": self.fingerprint, witness.RECEIPT_CHAIN: self._chain.get(run_id)}
+        self._chain[run_id] = witness.receipt_digest(statement)  # as the service chains a token's receipts
         fields = {k: v for k, v in statement.items() if k != "kind"}
         return {**fields, "signature": witness.sign(self.key, statement)}
 

@@ -167,6 +167,8 @@ class RunAttempt(models.Model):
     log_id = models.CharField(max_length=64, blank=True, help_text="hash of the first line of the log whose "
                               "heartbeats the token carried first: a token starts one run")
     reused = models.BooleanField(default=False, help_text="heartbeats came from a second log")
+    chain_breaks = models.PositiveIntegerField(default=0, help_text="heartbeats refused for not naming the last "
+                                               "receipt issued: a beacon thrown away or a second log")
     rehearsal = models.BooleanField(default=False, help_text="a rehearsal token (run --rehearsal): its run is "
                                     "verified for its site only, never ranked, and counted apart")
     heartbeats = models.PositiveIntegerField(default=0)
@@ -195,14 +197,22 @@ class Heartbeat(models.Model):
     epochs = models.PositiveIntegerField(default=0)
     best_accuracy = models.FloatField(null=True, blank=True)
     sent_at = models.FloatField(null=True, blank=True)
+    chained = models.BooleanField(default=False, help_text="the receipt names the one before it (previous_receipt); "
+                                  "receipts issued before receipts were chained were signed without it")
+    previous_receipt = models.CharField(max_length=64, null=True, blank=True)
+    digest = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the signed receipt statement")
 
     class Meta:
         ordering = ["attempt", "heartbeat_seq"]
         constraints = [models.UniqueConstraint(fields=["attempt", "heartbeat_seq"], name="one_receipt_per_heartbeat")]
 
     def receipt(self) -> dict[str, object]:
-        return {"run_id": self.attempt.run_id, "heartbeat_seq": self.heartbeat_seq, "head": self.head,
-                "received_at": self.received_at, "beacon": self.beacon, "key": self.key, "signature": self.signature}
+        receipt = {"run_id": self.attempt.run_id, "heartbeat_seq": self.heartbeat_seq, "head": self.head,
+                   "received_at": self.received_at, "beacon": self.beacon, "key": self.key,
+                   "signature": self.signature}
+        if self.chained:
+            receipt["previous_receipt"] = self.previous_receipt
+        return receipt
 
 
 class Submission(models.Model):

@@ -4,7 +4,9 @@
   is a `WitnessKey` row (retired ones too: their receipts stay valid).
 - `issue_token`: a run the site is about to start gets its run id and a signed token (`RunAttempt`).
 - `receive_heartbeat`: a heartbeat signed by the site key gets a receipt signed by the witness key:
-  the service's clock and a 32-byte random beacon (`Heartbeat`).
+  the service's clock, a 32-byte random beacon and the digest of the receipt before it (`Heartbeat`).
+  A token's receipts are one chain: a heartbeat that does not name the last receipt issued is refused
+  and counted (`RunAttempt.chain_breaks`), so a beacon cannot be read, thrown away and asked again.
 - `records`: what verification needs of the service's records (spec/witness.py `ServiceRecords`).
 """
 
@@ -23,6 +25,7 @@ from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec import witness as spec_witness
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from leaderboard.errors import Rejected
@@ -135,12 +138,25 @@ def receive_heartbeat(site: Site, run_id: str, body: Any) -> tuple[Heartbeat, bo
         # a second log fails witness.token whatever log is submitted with it.
         RunAttempt.objects.filter(run_id=run_id).update(reused=True)
         raise exc.rejection from None
+    except ChainBroken as exc:
+        RunAttempt.objects.filter(run_id=run_id).update(chain_breaks=F("chain_breaks") + 1)
+        raise exc.rejection from None
 
 
-class TokenReused(Exception):
+class _Recorded(Exception):
+    """A refusal the attempt's record keeps (raised inside the heartbeat's transaction, recorded after it)."""
+
     def __init__(self, rejection: Rejected) -> None:
         super().__init__(rejection.detail)
         self.rejection = rejection
+
+
+class TokenReused(_Recorded):
+    """A heartbeat from a log other than the one the token's first heartbeat came from."""
+
+
+class ChainBroken(_Recorded):
+    """A heartbeat that does not follow the last receipt issued for its token (names another, or goes back)."""
 
 
 def _receive(site: Site, run_id: str, statement: dict[str, Any], signature: str) -> tuple[Heartbeat, bool]:
@@ -155,11 +171,18 @@ def _receive(site: Site, run_id: str, statement: dict[str, Any], signature: str)
             if existing.head != statement["head"]:
                 raise Rejected("heartbeat", f"heartbeat {seq} was received before with another head", status=409)
             return existing, False  # a retry whose answer was lost: the same receipt
-        last = attempt.receipts.order_by("-heartbeat_seq").values_list("heartbeat_seq", flat=True).first()
-        if last is not None and seq < last:
-            raise Rejected("heartbeat", f"heartbeat {seq} comes after heartbeat {last}: the log goes backwards",
-                           status=409)
-        beat = _receipt(attempt, statement)
+        last = attempt.receipts.order_by("-heartbeat_seq").only("heartbeat_seq", "digest").first()
+        if last is not None and seq < last.heartbeat_seq:
+            raise ChainBroken(Rejected("heartbeat", f"heartbeat {seq} comes after heartbeat {last.heartbeat_seq}: "
+                                                    "the log goes backwards; this refusal is recorded", status=409))
+        previous = last.digest if last is not None else None
+        if statement["previous_receipt"] != previous:
+            raise ChainBroken(Rejected(
+                "heartbeat", f"heartbeat {seq} does not name the last receipt issued for this run "
+                             f"({'that of heartbeat ' + str(last.heartbeat_seq) if last else 'none yet'}): a run's "
+                             "receipts are one chain, and every receipt issued must be in the submitted log; "
+                             "this refusal is recorded", status=409))
+        beat = _receipt(attempt, statement, previous)
         attempt.heartbeats += 1
         attempt.last_heartbeat_at = timezone.now()
         attempt.save(update_fields=["heartbeats", "last_heartbeat_at", "log_id"])
@@ -176,7 +199,9 @@ def _parts(body: Any) -> tuple[dict[str, Any], str]:
                      ("heartbeat_seq", type(statement.get("heartbeat_seq")) is int and statement["heartbeat_seq"] >= 0),
                      ("head", _hex64(statement.get("head"))), ("log_id", _hex64(statement.get("log_id"))),
                      ("work", type(statement.get("work")) in (int, float)),
-                     ("epochs", type(statement.get("epochs")) is int)):
+                     ("epochs", type(statement.get("epochs")) is int),
+                     ("previous_receipt", "previous_receipt" in statement
+                      and (statement["previous_receipt"] is None or _hex64(statement["previous_receipt"])))):
         if not ok:
             problems.append(name)
     if problems:
@@ -216,18 +241,18 @@ def _check_statement(attempt: RunAttempt, statement: dict[str, Any], signature: 
         raise Rejected("token", "this run was submitted: no more heartbeats", status=409)
 
 
-def _receipt(attempt: RunAttempt, statement: dict[str, Any]) -> Heartbeat:
+def _receipt(attempt: RunAttempt, statement: dict[str, Any], previous: str | None) -> Heartbeat:
     received_at = time.time()
     receipt = {"kind": spec_witness.RECEIPT_KIND, "run_id": attempt.run_id, "heartbeat_seq": statement["heartbeat_seq"],
                "head": statement["head"], "received_at": received_at, "beacon": secrets.token_hex(32),
-               "key": fingerprint()}
+               "key": fingerprint(), spec_witness.RECEIPT_CHAIN: previous}
     best = statement.get("best_accuracy")
     return Heartbeat.objects.create(
         attempt=attempt, heartbeat_seq=receipt["heartbeat_seq"], head=receipt["head"], received_at=received_at,
         beacon=receipt["beacon"], key=receipt["key"], signature=spec_witness.sign(private_key(), receipt),
         work=float(statement["work"]), epochs=int(statement["epochs"]),
-        best_accuracy=_number(best),
-        sent_at=_number(statement.get("sent_at")))
+        best_accuracy=_number(best), sent_at=_number(statement.get("sent_at")),
+        chained=True, previous_receipt=previous, digest=spec_witness.receipt_digest(receipt))
 
 
 # ---- what verification needs -------------------------------------------------------------------------------
@@ -241,6 +266,10 @@ def records(run_id: str, site: Site, submission_id: int | None) -> tuple[spec_wi
         problems.append(f"the token's run was submitted already (submission {attempt.submission_id})")
     if attempt.reused:
         problems.append("the token's heartbeats came from two logs: it was used for a second run")
+    if attempt.chain_breaks:
+        problems.append(f"{attempt.chain_breaks} heartbeat(s) under this token were refused for not following the "
+                        "last receipt issued: a receipt thrown away, a log gone backwards, or another log sending "
+                        "heartbeats under the token")
     issued = {h.heartbeat_seq: {**h.receipt(), "kind": spec_witness.RECEIPT_KIND} for h in attempt.receipts.all()}
     return spec_witness.ServiceRecords(site=site.pk, system=attempt.system_id, issued=issued,
                                        bound_log=attempt.log_id or None, token_problems=problems), attempt

@@ -186,7 +186,8 @@ class RunTokenSerializer(serializers.Serializer):
 
 class HeartbeatSerializer(serializers.Serializer):
     statement = serializers.DictField(help_text="run_id, heartbeat_seq, head, log_id, work, epochs, best_accuracy, "
-                                                "sent_at, kind aiperf-heartbeat/1")
+                                                "sent_at, previous_receipt (SHA-256 of the last receipt issued for "
+                                                "this run, null before the first), kind aiperf-heartbeat/1")
     signature = serializers.CharField(help_text="base64 Ed25519 signature of the statement by the site key")
 
 
@@ -198,6 +199,9 @@ class ReceiptSerializer(serializers.Serializer):
     beacon = serializers.CharField()
     key = serializers.CharField()
     signature = serializers.CharField()
+    previous_receipt = serializers.CharField(
+        allow_null=True, required=False, help_text="SHA-256 of the receipt issued before this one for the run (null "
+                                                   "for the first; absent from receipts issued before they were chained)")
 
 
 class WitnessKeySerializer(serializers.Serializer):

@@ -142,7 +142,7 @@ def test_a_site_cannot_reach_another_sites_objects(stack, site_a):
                     data={"trial": "0"}, files={"weights": ("w.safetensors", b"x")})
     assert evidence.status_code == 403
     statement = {"kind": spec_witness.HEARTBEAT_KIND, "heartbeat_seq": 0, "head": "0" * 64, "log_id": "0" * 64,
-                 "work": 1.0, "epochs": 0}
+                 "work": 1.0, "epochs": 0, "previous_receipt": None}
     beat = post(stack, f"/api/v1/runs/{site_a['run_id']}/heartbeats/", token_b,
                 json={"statement": statement, "signature": "AA=="})
     assert beat.status_code == 404 and beat.json()["check"] == "run"

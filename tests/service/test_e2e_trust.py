@@ -19,17 +19,19 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from aiperf_runner.run.heartbeats import first_line_hash
 from aiperf_runner.spec import bundle, keys, witness
 
 from devdata.runfactory import rewrite_events
 from tests.forgeries import FORGERIES, Forgery
-from tests.service.stack import BIN, Stack, require_services
+from tests.service.stack import BIN, REPO, Stack, require_services
 from tests.service.test_e2e_rebuild import rebuilt_without_differences
 from tests.verify.test_witness import append, lines
 
@@ -76,14 +78,15 @@ class Site:
         return {**self.stack.env, "AIPERF_CONFIG_DIR": str(self.config)}
 
     def start_run(self, run: Path, duration: str, slots: int = 2, seed: int = 0,
-                  trial_module: str = "aiperf_runner.train.trial", *extra: str) -> subprocess.Popen:
-        return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--preset", "smoke", "--slots", str(slots),
+                  trial_module: str = "aiperf_runner.train.trial", *extra: str,
+                  program: tuple[str, ...] = (str(BIN / "aiperf-runner"),)) -> subprocess.Popen:
+        return subprocess.Popen([*program, "run", "--preset", "smoke", "--slots", str(slots),
                                  "--duration", duration, "--seed", str(seed), "--out", str(run), "--system",
                                  str(self.system["id"]), "--progress", "plain", "--trial-module", trial_module,
                                  # Two runs may share this machine's two cores: one thread per trial, or
                                  # their OpenMP threads spin against each other (epochs took 25x longer).
                                  "--backend-opt", "threads_per_process=1", *extra],
-                                env=self.env(),
+                                env=self.env(), cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def submit(self, path: Path) -> dict[str, Any]:
@@ -399,9 +402,35 @@ def unsubmitted(stack, runs, tmp_path_factory):
     site = runs["honest"][0]
     work = tmp_path_factory.mktemp("bases")
     procs = {how: site.start_run(work / how, "20s", slots=1, seed=10 + i) for i, how in enumerate(WITNESS_FORGERIES)}
+    for i, mode in enumerate(GRINDS):  # the patched runners, side by side with the rest
+        procs[mode] = site.start_run(work / mode, "25s", 1, 20 + i, "aiperf_runner.train.trial",
+                                     program=(sys.executable, "-m", "tests.service.grinding_runner", mode))
+    procs["turns"] = site.start_run(work / "turns", "25s", slots=1, seed=25)
+    second_log_takes_a_turn(site, work / "turns")
     for proc in procs.values():
         finish(proc)
     return site, {how: work / how for how in procs}
+
+
+GRINDS = ("hide", "rechain")
+
+
+def second_log_takes_a_turn(site: Site, run: Path) -> None:
+    """A second log under the run's token (the same first line, so the same log id) sends one heartbeat,
+    naming the last receipt issued as the chain requires; the first log's next heartbeat then cannot."""
+    deadline = time.monotonic() + 60
+    while not (run / "events.jsonl").exists() or not any(e["type"] == "witness" for e in lines(run)):
+        assert time.monotonic() < deadline, "the run logged no receipt within a minute"
+        time.sleep(0.5)
+    run_id = lines(run)[0]["run_id"]
+    auth = {"Authorization": f"Token {site.token}"}
+    issued = httpx.get(f"{site.stack.url}/api/v1/runs/{run_id}/receipts/", headers=auth, timeout=30).json()
+    statement = {"kind": witness.HEARTBEAT_KIND, "run_id": run_id, "heartbeat_seq": 100_000, "head": "ab" * 32,
+                 "log_id": first_line_hash(run / "events.jsonl"), "work": 0.0, "epochs": 0, "best_accuracy": None,
+                 "sent_at": time.time(), "previous_receipt": witness.receipt_digest(issued[-1])}
+    r = httpx.post(f"{site.stack.url}/api/v1/runs/{run_id}/heartbeats/", headers=auth,
+                   json={"statement": statement, "signature": witness.sign(site.key(), statement)}, timeout=30)
+    assert r.status_code == 201, r.text
 
 
 @pytest.mark.parametrize("how", WITNESS_FORGERIES)
@@ -414,6 +443,33 @@ def test_trust2_forgery_fails_a_witness_check(stack, unsubmitted, runs, how: str
     assert got in ("rejected", "open") and {f for f in failed if f.startswith("witness.")}, (how, got, failed)
 
 
+@pytest.mark.parametrize("how", [*GRINDS, "turns"])
+def test_receipts_kept_from_the_log_leave_the_official_division(stack, unsubmitted, how: str):
+    """The beacon ground (receipts read and thrown away, the chain named or not) and a second log taking turns
+    under the token: the service's records hold a receipt the log lacks, or a refused heartbeat."""
+    site, bases = unsubmitted
+    path = bases[how]
+    if how in GRINDS:  # submitted by the patched runner too
+        out = subprocess.run([sys.executable, "-m", "tests.service.grinding_runner", how, "submit", str(path),
+                              "--server", stack.url, "--token", site.token, "--json"], env=site.env(), cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+        sub = json.loads(out.stdout)
+    else:
+        sub = site.submit(path)
+    got, failed = outcome(stack, sub)
+    assert got in ("rejected", "open") and failed & {"witness.receipts", "witness.token"}, (how, got, failed)
+    if sub["status"] == "rejected":
+        said = " ".join(r["message"] for r in sub["reasons"])
+    else:
+        result = checks(stack, sub)
+        said = " ".join(result[name]["message"] for name in ("witness.receipts", "witness.token"))
+    assert any(words in said for words in ("removed from the log", "this log does not hold",
+                                           "missing from the log", "not following the last receipt")), said
+    if how != "hide":  # a heartbeat named a receipt other than the last one issued: refused, and on the record
+        run_id = lines(path)[0]["run_id"]
+        assert stack.sql("SELECT chain_breaks FROM leaderboard_runattempt WHERE run_id = %s", run_id)[0][0] >= 1
+
+
 def test_a_token_used_for_a_second_run(stack, tmp_path):
     """A second log under the same token: its heartbeats are refused, and the token fails the check."""
     site = Site(stack, "Twice Lab")
@@ -422,7 +478,7 @@ def test_a_token_used_for_a_second_run(stack, tmp_path):
     token = lines(run)[0]["token"]
     statement = {"kind": witness.HEARTBEAT_KIND, "run_id": token["statement"]["run_id"], "heartbeat_seq": 1,
                  "head": "ab" * 32, "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None,
-                 "sent_at": time.time()}
+                 "sent_at": time.time(), "previous_receipt": None}
     r = httpx.post(f"{stack.url}/api/v1/runs/{statement['run_id']}/heartbeats/",
                    headers={"Authorization": f"Token {site.token}"},
                    json={"statement": statement, "signature": witness.sign(site.key(), statement)}, timeout=30)
@@ -464,7 +520,8 @@ def test_heartbeats_need_the_site_key(stack, runs):
     site, run = runs["honest"]
     run_id = lines(run)[0]["run_id"]
     statement = {"kind": witness.HEARTBEAT_KIND, "run_id": run_id, "heartbeat_seq": 10_000, "head": "ab" * 32,
-                 "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None, "sent_at": time.time()}
+                 "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None, "sent_at": time.time(),
+                 "previous_receipt": None}
     forged = base64.b64encode(keys.generate_key().sign(witness.canonical(statement))).decode()
     r = httpx.post(f"{stack.url}/api/v1/runs/{run_id}/heartbeats/", headers={"Authorization": f"Token {site.token}"},
                    json={"statement": statement, "signature": forged}, timeout=30)

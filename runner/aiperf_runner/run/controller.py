@@ -260,8 +260,11 @@ class Controller:
             self._start_witnessing(Witnessing(service, run_json["run_id"], token_interval(dict(state.token)),
                                               keys.load_private_key(), first_line_hash(run_dir / "events.jsonl")))
             assert self.witnessing is not None and self.witnessed_log is not None
+            last = state.last_receipt
             for receipt in self.witnessing.missing_receipts(state.heartbeats, state.witnessed):
                 self.witnessed_log.log_receipt(receipt)
+                last = receipt
+            self.witnessing.follow(last)  # the receipt chain goes on from the log's last receipt
         elif state.token is not None:
             self._say("this run is witnessed but no service is configured: it continues unwitnessed")
         self._recover_interrupted()

@@ -6,6 +6,11 @@ line and hands its sequence number and hash to the thread, which posts them, sig
 key, and queues the receipt for the loop to log. If the service cannot be reached, training goes
 on: the next attempt, after a back-off, is a fresh heartbeat (so a receipt never vouches for a
 stale head). A refusal (token expired, used by another run) ends the witnessing, with a note.
+
+A token's receipts are one chain: every heartbeat names the last receipt (`previous_receipt`), and
+the service refuses one that does not. So a heartbeat whose answer was lost is looked up before the
+next is sent: a receipt the service issued for it is logged like any other (every receipt issued
+must be in the log).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class Witnessing:
         self._outbox: deque[dict[str, Any]] = deque()
         self._receipts: deque[dict[str, Any]] = deque()
         self._in_flight = False
+        self._previous: str | None = None  # receipt_digest of the last receipt: the next heartbeat names it
+        self._unconfirmed: dict[str, Any] | None = None  # a heartbeat whose answer was lost
         self._stop = False
         self._http: Any = None  # the sending thread's HTTP client, kept between heartbeats
         self._thread = threading.Thread(target=self._loop, name="heartbeats", daemon=True)
@@ -49,14 +56,18 @@ class Witnessing:
             return (self.refused is None and not self._in_flight and not self._stop
                     and time.monotonic() >= self._next_at)
 
+    def follow(self, receipt: Mapping[str, Any] | None) -> None:
+        """The receipt the log ends with (a resumed run's): the next heartbeat names it."""
+        with self._lock:
+            self._previous = spec_witness.receipt_digest(receipt) if receipt is not None else None
+
     def send(self, seq: int, head: str, work: float, epochs: int, best_accuracy: float | None) -> None:
         statement = {"kind": spec_witness.HEARTBEAT_KIND, "run_id": self.run_id, "heartbeat_seq": seq, "head": head,
                      "log_id": self.log_id, "work": work, "epochs": epochs, "best_accuracy": best_accuracy,
                      "sent_at": time.time()}
-        body = {"statement": statement, "signature": spec_witness.sign(self.site_key, statement)}
         with self._lock:
             self._in_flight = True
-            self._outbox.append(body)
+            self._outbox.append(statement)
             self._lock.notify_all()
 
     def receipts(self) -> list[dict[str, Any]]:
@@ -105,24 +116,51 @@ class Witnessing:
                 if self._stop and not self._outbox:
                     self._close_http()
                     return
-                body = self._outbox.popleft()
+                statement = self._outbox.popleft()
             started = time.thread_time()
-            receipt, refusal = self._post(body)
+            receipt, refusal, posted = None, None, False
+            if self._recover_unconfirmed():
+                posted = True
+                with self._lock:
+                    statement = {**statement, "previous_receipt": self._previous}
+                receipt, refusal = self._post({"statement": statement,
+                                               "signature": spec_witness.sign(self.site_key, statement)})
             with self._lock:
                 self.thread_cpu_s += time.thread_time() - started
                 if receipt is not None:
                     self.sent += 1
                     self._receipts.append(receipt)
+                    self._previous = spec_witness.receipt_digest(receipt)
                     self._retry_s = FIRST_RETRY_S
                     self._next_at = time.monotonic() + self.interval
                 elif refusal is not None:
                     self.refused = refusal
                 else:
+                    if posted:
+                        self._unconfirmed = statement
                     self.failed += 1
                     self._next_at = time.monotonic() + self._retry_s
                     self._retry_s = min(self._retry_s * 2, self.interval)
                 self._in_flight = False
                 self._lock.notify_all()
+
+    def _recover_unconfirmed(self) -> bool:
+        """Before a heartbeat follows one whose answer was lost: the receipt, if the service issued one, is
+        queued for the log and chained. False when the service cannot say (the heartbeat waits its turn)."""
+        lost = self._unconfirmed
+        if lost is None:
+            return True
+        try:
+            issued = run_receipts(self.service, self.run_id)
+        except Exception:  # noqa: BLE001 - still unreachable
+            return False
+        with self._lock:
+            for receipt in issued:
+                if receipt.get("heartbeat_seq") == lost["heartbeat_seq"] and receipt.get("head") == lost["head"]:
+                    self._receipts.append(receipt)
+                    self._previous = spec_witness.receipt_digest(receipt)
+            self._unconfirmed = None
+        return True
 
     def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
         try:
@@ -175,12 +213,20 @@ def complete_witness(run_dir: Any, service: Service, timeout: float = 60.0) -> s
     state = RunState.load(log, keep_epochs=False)
     if state.token is None or state.finished_seq is None or state.run_id is None:
         return None
-    if any(seq > state.finished_seq for seq in state.witnessed):
-        return None  # a receipt after run_finished: the end is witnessed
     w = Witnessing(service, state.run_id, token_interval(dict(state.token)), keys.load_private_key(),
                    first_line_hash(log))
     try:
         with EventWriter(log) as writer:
+            # A receipt the service issued whose answer the run never got (the final heartbeat's, say) goes
+            # into the log first: every receipt issued must be there, and the chain goes on from it.
+            recovered = w.missing_receipts(state.heartbeats, state.witnessed)
+            for receipt in recovered:
+                state.apply(writer.append("witness", **receipt_fields(receipt)))
+            w.follow(recovered[-1] if recovered else state.last_receipt)
+            if recovered:
+                _decide_weights(Path(run_dir), state, writer, str(recovered[-1]["beacon"]))
+            if any(seq > state.finished_seq for seq in state.witnessed):  # a receipt after run_finished
+                return f"{len(recovered)} receipt(s) the run never received were added to the log" if recovered else None
             beat = writer.append("heartbeat", work=0.0, epochs=state.epoch_lines,
                                  best_accuracy=state.best_epoch_accuracy)
             state.apply(beat)
@@ -215,7 +261,10 @@ def _decide_weights(run_dir: Any, state: Any, writer: Any, beacon: str) -> None:
 
 def receipt_fields(receipt: Mapping[str, Any]) -> dict[str, Any]:
     """A service receipt as the `witness` line's fields."""
-    return {k: receipt[k] for k in (*spec_witness.RECEIPT_FIELDS, "signature")}
+    fields = {k: receipt[k] for k in (*spec_witness.RECEIPT_FIELDS, "signature")}
+    if spec_witness.RECEIPT_CHAIN in receipt:  # absent from receipts issued before they were chained
+        fields[spec_witness.RECEIPT_CHAIN] = receipt[spec_witness.RECEIPT_CHAIN]
+    return fields
 
 
 class WitnessedLog:

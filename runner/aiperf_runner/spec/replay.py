@@ -148,6 +148,7 @@ class Replay:
         self.token: Mapping[str, Any] | None = None  # the run token run_started carries (witnessed runs)
         self.heartbeats: list[int] = []  # sequence numbers of the heartbeat lines
         self.witnessed: set[int] = set()  # heartbeats a witness line vouches for
+        self.last_receipt: Mapping[str, Any] | None = None  # the last witness line (the receipt chain's end)
         self._active: dict[tuple[str, int], Attempt] = {}
         self._orphaned: set[tuple[str, int]] = set()  # ended without an end line (resume, slot lost)
         self._slot_busy: dict[int, tuple[str, int]] = {}
@@ -410,6 +411,7 @@ class Replay:
 
     def _witness(self, ev: Mapping[str, Any], t: float, line: int) -> None:
         self.witnessed.add(int(ev["heartbeat_seq"]))
+        self.last_receipt = ev
 
     def _weights(self, ev: Mapping[str, Any], t: float, line: int) -> None:
         tr = self.trials.get(ev["trial"])

@@ -95,7 +95,11 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
         run_id_field(), nonneg("heartbeat_seq", "(of the heartbeat line witnessed)"),
         hex_field("head", 64, "(SHA-256 of that line)"), number("received_at", "(the service's clock)"),
         hex_field("beacon", 64, "(32 random bytes of the service)"), string("key", "(witness key fingerprint)"),
-        string("signature", "(base64 Ed25519, by the witness key)")),
+        string("signature", "(base64 Ed25519, by the witness key)"),
+        Field("previous_receipt", "v is None or (type(v) is str and len(v) == 64 and HEX.fullmatch(v) is not None)",
+              "null or 64 lowercase hex chars",
+              "(SHA-256 of the receipt the service issued before for this token, null for the first; absent "
+              "from receipts issued before receipts were chained)", required=False)),
         "the service's receipt of a heartbeat"),
     EventType("weights_kept", (MAIN,), (
         trial_field(), hex_field("sha256", 64, "(of weights.safetensors)"),

@@ -7,7 +7,13 @@
 - Every heartbeat interval the controller writes a `heartbeat` line and sends its sequence number
   and hash (the next line's `prev`) to the service, signed by the site key; the service answers
   with a **receipt** signed by the witness key: run id, `heartbeat_seq`, `head`, `received_at` (its
-  own clock) and a 32-byte random `beacon`. The controller appends it as a `witness` line.
+  own clock), a 32-byte random `beacon` and `previous_receipt`, the digest of the receipt it issued
+  before for the same token (null for the first). The controller appends it as a `witness` line.
+- The receipts of a token form **one chain**: each heartbeat names the last receipt its log holds,
+  and the service refuses (and records) a heartbeat that does not name the last receipt it issued.
+  Every receipt it issued must then be in the submitted log: a beacon read and thrown away (to
+  choose which trials the challenge can pick) or a second log taking turns under the same token
+  shows as a receipt missing from the log.
 
 So each witnessed prefix of the log existed at a time the service vouches for. `WitnessAudit`
 listens to the log's replay and measures what `witness.token`, `witness.receipts`,
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +40,9 @@ TOKEN_KIND = "aiperf-run-token/1"
 RECEIPT_KIND = "aiperf-receipt/1"
 HEARTBEAT_KIND = "aiperf-heartbeat/1"
 RECEIPT_FIELDS = ("run_id", "heartbeat_seq", "head", "received_at", "beacon", "key")
+RECEIPT_CHAIN = "previous_receipt"
+"""In every receipt issued since receipts were chained: receipt_digest of the one issued before (or null).
+Older receipts were signed without it, so a `witness` line's statement has it only when the line does."""
 TOKEN_REHEARSAL = "rehearsal"
 """In a rehearsal token's statement (true): the run is verified for its site only and never ranked."""
 TOKEN_BOUND = ("preset", "rules", "precision", "slots", "devices_per_slot", "duration_s", "runner_version")
@@ -64,7 +74,15 @@ def signature_problem(statement: Mapping[str, Any], signature: Any, witness_keys
 
 def receipt_statement(ev: Mapping[str, Any]) -> dict[str, Any]:
     """The signed statement of a `witness` line (its fields without the signature)."""
-    return {"kind": RECEIPT_KIND, **{k: ev.get(k) for k in RECEIPT_FIELDS}}
+    statement = {"kind": RECEIPT_KIND, **{k: ev.get(k) for k in RECEIPT_FIELDS}}
+    if RECEIPT_CHAIN in ev:
+        statement[RECEIPT_CHAIN] = ev[RECEIPT_CHAIN]
+    return statement
+
+
+def receipt_digest(ev: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a receipt's signed statement: what the next heartbeat and receipt name."""
+    return hashlib.sha256(canonical(receipt_statement(ev))).hexdigest()
 
 
 @dataclass
@@ -103,6 +121,7 @@ class WitnessAudit:
         self._last_heartbeat: int | None = None
         self.last_epoch_seq = -1
         self.last_epoch_end: float | None = None
+        self._last_digest: str | None = None  # of the last valid receipt logged (the chain's end so far)
         replay.listen(self)
 
     # ---- listening -------------------------------------------------------------------------------------
@@ -158,10 +177,14 @@ class WitnessAudit:
                 problem = f"witnesses a line {seq + 1} other than this log's (its hash differs)"
         if problem is None and self.receipts and ev["received_at"] < self.receipts[-1].received_at:
             problem = "received before the receipt logged before it"
+        if problem is None and RECEIPT_CHAIN in ev and ev[RECEIPT_CHAIN] != self._last_digest:
+            problem = ("names as the receipt before it one that is not the receipt logged before it: a receipt "
+                       "the service issued for this token is missing from the log")
         if problem is not None:
             self.receipt_problems.add(line, problem)
             return
         self.receipts.append(Receipt(line, seq, float(ev["received_at"]), str(ev["beacon"])))
+        self._last_digest = receipt_digest(ev)
 
     # ---- the checks ---------------------------------------------------------------------------------------
     def token_problems(self, run: Mapping[str, Any], records: ServiceRecords | None) -> list[str]:
@@ -199,8 +222,8 @@ class WitnessAudit:
         return out
 
     def missing_receipts(self, records: ServiceRecords | None) -> list[str]:
-        """Receipts the service issued for heartbeat lines of this log that the log does not hold,
-        and receipts in the log that differ from what it issued."""
+        """Receipts the service issued for this token that the log does not hold (every one must be:
+        a token's receipts are one chain, in one log), and receipts in the log that differ from what it issued."""
         if records is None:
             return []
         logged = {r.heartbeat_seq: r for r in self.receipts}
@@ -211,6 +234,10 @@ class WitnessAudit:
             if r is None:
                 if beat is not None and beat[1] == issued.get("head"):
                     out.append(f"the receipt of the heartbeat on line {seq + 1} was removed from the log")
+                else:
+                    out.append(f"the service issued a receipt for a heartbeat (line {seq + 1}) this log does not "
+                               "hold: a beacon was received and thrown away, or another log sent heartbeats under "
+                               "this run's token")
             elif (r.beacon, r.received_at) != (issued.get("beacon"), issued.get("received_at")):
                 out.append(f"line {r.line}: the receipt differs from the one the service issued")
         for seq, r in logged.items():
