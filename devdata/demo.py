@@ -33,7 +33,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from devdata import reports
-from leaderboard import pipeline, ranking
+from leaderboard import pipeline, ranking, translog
 from leaderboard.models import Edition, Result, ResultSeries, Site, SiteKey, Submission, System, Trial, hash_token
 
 DEMO_URL = "https://demo.aiperf.invalid/"
@@ -93,6 +93,7 @@ def clear() -> int:
     # Children first, each in one DELETE; then the rows themselves without loading their reports.
     for model in (Trial, ResultSeries):
         model.objects.filter(result__in=results).delete()
+    translog.record_removed(list(results.values_list("pk", flat=True)), "removed", "demo data replaced")
     results.only("pk").delete()
     Submission.objects.filter(site__in=sites).only("pk").delete()
     System.objects.filter(site__in=sites).only("pk").delete()
@@ -345,6 +346,7 @@ class Generator:
         n_trials = len(Trial.objects.bulk_create(
             (Trial(result=r, **t) for r, ts in zip(results, trials, strict=True) for t in ts), batch_size=2000))
         ranking.rerank()
+        translog.record_many(Result.objects.filter(pk__in=[r.pk for r in results]), "accepted")
         editions = self.editions(min((r.published_at for r in results if r.published_at), default=self.now))
         return Summary(len(sites), len(systems), len(results), n_trials, editions, time.perf_counter() - start)
 

@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from leaderboard import pipeline, ranking, systems, tasks
+from leaderboard import pipeline, ranking, systems, tasks, translog
 from leaderboard.models import (
     AcceleratorPeak,
     Edition,
@@ -143,22 +143,33 @@ class RunAttemptAdmin(admin.ModelAdmin):
 
 
 class RerankingAdmin(admin.ModelAdmin):
-    """Saving or deleting rows of this model may change the live list: the stored ranks follow."""
+    """Saving or deleting rows of this model may change the live list: the stored ranks follow, and the
+    list's log records each result changed or deleted, by whom (leaderboard/translog.py)."""
+
+    @staticmethod
+    def results_of(model: Any, pks: list[Any]) -> QuerySet[Result]:
+        return Result.objects.filter(pk__in=pks) if model is Result else Result.objects.filter(submission__in=pks)
 
     @transaction.atomic
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         ranking.rerank()
+        translog.record_many(self.results_of(type(obj), [obj.pk]), "edited", by=str(request.user))
 
     @transaction.atomic
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        gone = list(self.results_of(type(obj), [obj.pk]).values_list("pk", flat=True))
         super().delete_model(request, obj)
         ranking.rerank()
+        translog.record_removed(gone, "deleted", f"deleted in the admin by {request.user}")
 
     @transaction.atomic
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        gone = list(self.results_of(queryset.model, list(queryset.values_list("pk", flat=True))).values_list(
+            "pk", flat=True))
         super().delete_queryset(request, queryset)
         ranking.rerank()
+        translog.record_removed(gone, "deleted", f"deleted in the admin by {request.user}")
 
 
 @admin.register(Submission)
@@ -184,12 +195,12 @@ class SubmissionAdmin(RerankingAdmin):
 
     @admin.action(description="Publish (put the result on the live list)")
     def publish(self, request, queryset):
-        n = sum(pipeline.publish(sub) for sub in queryset)
+        n = sum(pipeline.publish(sub, by=str(request.user)) for sub in queryset)
         self.message_user(request, f"{n} result(s) published")
 
     @admin.action(description="Withdraw (take the result off the live list)")
     def withdraw(self, request, queryset):
-        n = sum(pipeline.withdraw(sub) for sub in queryset)
+        n = sum(pipeline.withdraw(sub, by=str(request.user)) for sub in queryset)
         self.message_user(request, f"{n} result(s) withdrawn")
 
 
@@ -238,12 +249,12 @@ class ResultAdmin(RerankingAdmin):
 
     @admin.action(description="Publish")
     def publish(self, request, queryset):
-        n = sum(pipeline.publish(r.submission) for r in queryset.select_related("submission"))
+        n = sum(pipeline.publish(r.submission, by=str(request.user)) for r in queryset.select_related("submission"))
         self.message_user(request, f"{n} result(s) published")
 
     @admin.action(description="Withdraw")
     def withdraw(self, request, queryset):
-        n = sum(pipeline.withdraw(r.submission) for r in queryset.select_related("submission"))
+        n = sum(pipeline.withdraw(r.submission, by=str(request.user)) for r in queryset.select_related("submission"))
         self.message_user(request, f"{n} result(s) withdrawn")
 
 

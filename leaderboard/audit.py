@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from leaderboard import bundles, pipeline, ranking
+from leaderboard import bundles, pipeline, ranking, translog
 from leaderboard.errors import Reason, Rejected
 from leaderboard.models import Evidence, Result, Submission
 
@@ -198,6 +198,7 @@ def _set(result: Result, state: str, report: dict[str, Any]) -> None:
     with transaction.atomic():
         Result.objects.filter(pk=result.pk).update(audit=state, audit_report=report, audited_at=timezone.now())
         ranking.rerank()
+        translog.record(result, "audited", reason=str(report.get("message") or ""))
 
 
 def _reject(sub: Submission, reasons: list[Reason]) -> None:
@@ -214,7 +215,7 @@ def expire() -> list[int]:
     cutoff = timezone.now() - timedelta(days=settings.AIPERF_CHALLENGE_DAYS)
     out = []
     for sub in Submission.objects.filter(challenged_at__lt=cutoff, result__audit=A.PENDING):
-        if not complete(sub) and pipeline.withdraw(sub):
+        if not complete(sub) and pipeline.withdraw(sub, reason="the challenge was not answered in time"):
             Submission.objects.filter(pk=sub.pk).update(reasons=[{
                 "check": "audit.challenge", "message": f"the challenge of {sub.challenged_at:%Y-%m-%d} was not "
                                                        f"answered within {settings.AIPERF_CHALLENGE_DAYS:g} days"}])

@@ -475,3 +475,45 @@ class UploadSession(models.Model):
 
     def __str__(self) -> str:
         return f"upload {self.id} ({self.length} bytes) of {self.site}"
+
+
+class LogEntry(models.Model):
+    """One entry of the list's transparency log (leaderboard/translog.py): a change to the public list."""
+
+    index = models.PositiveBigIntegerField(unique=True, help_text="the leaf's place in the log, from 0")
+    data = models.TextField(help_text="the entry as canonical JSON (the bytes its leaf hash covers)")
+    leaf_hash = models.CharField(max_length=64)
+    result_id = models.IntegerField(null=True, blank=True, db_index=True,
+                                    help_text="the result it is about (not a key: the log outlives rows)")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["index"]
+
+
+class LogNode(models.Model):
+    """The hash of a complete subtree of the log: 2**level leaves from leaf index * 2**level. Never changes."""
+
+    level = models.PositiveSmallIntegerField()
+    index = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["level", "index"], name="one_hash_per_subtree")]
+
+
+class TreeHead(models.Model):
+    """A signed head of the log, one per size: every head the service ever signed stays."""
+
+    size = models.PositiveBigIntegerField(unique=True)
+    root = models.CharField(max_length=64)
+    timestamp = models.FloatField(help_text="UTC seconds")
+    key = models.CharField(max_length=48, help_text="log key fingerprint")
+    signature = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["-size"]
+
+    def statement(self) -> dict[str, object]:
+        return {"kind": "aiperf-tree-head/1", "size": self.size, "root": self.root, "timestamp": self.timestamp,
+                "key": self.key}

@@ -42,7 +42,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, ProtectedError, Q
 from django.utils import timezone
 
-from leaderboard import bundles, ranking, systems, witness
+from leaderboard import bundles, ranking, systems, translog, witness
 from leaderboard.errors import Reason, Rejected
 from leaderboard.models import EpochFingerprint, Result, ResultSeries, Submission, System, Trial
 
@@ -399,6 +399,7 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at",
                                     "challenge", "challenged_at", "error"])
         ranking.rerank()
+        translog.record(result, "reverified" if existing is not None else "accepted")
 
 
 def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None:
@@ -407,12 +408,14 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
     with transaction.atomic():
         current = _locked(sub, token)
         result = Result.objects.filter(submission=current).first()
+        result_id, kept = (result.pk if result is not None else None), False
         if result is not None:
             try:
                 with transaction.atomic():
                     result.delete()
             except ProtectedError:  # cited by a frozen edition: keep it, off the live list
                 Result.objects.filter(pk=result.pk).update(published=False)
+                kept = True
             ranking.rerank()
         EpochFingerprint.objects.filter(submission=current).delete()
         name = current.bundle.name
@@ -424,13 +427,19 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
         current.error = ""
         current.save(update_fields=["status", "reasons", "bundle", "claim_token", "claimed_at", "updated_at",
                                     "error"])
+        if result_id is not None:  # the list's log: the row as it stands now, or gone
+            why = "; ".join(r["message"] for r in reasons)[:500]
+            if kept:
+                translog.record(Result(pk=result_id), "rejected", reason=why)
+            else:
+                translog.record_removed([result_id], "rejected", why)
         if name:
             storage = current.bundle.storage
             transaction.on_commit(lambda: storage.delete(name))
 
 
 # ---- admin actions -----------------------------------------------------------------------------
-def publish(submission: Submission) -> bool:
+def publish(submission: Submission, by: str = "") -> bool:
     """Put a verified result on the live list (the admin's approval); never a rehearsal's."""
     with transaction.atomic():
         n = Result.objects.filter(submission=submission, submission__status__in=[S.VERIFIED, S.PUBLISHED],
@@ -438,16 +447,20 @@ def publish(submission: Submission) -> bool:
         if n:
             Submission.objects.filter(pk=submission.pk).update(status=S.PUBLISHED, updated_at=timezone.now())
             ranking.rerank()
+            translog.record(submission.result, "published", by=by)
     return bool(n)
 
 
-def withdraw(submission: Submission) -> bool:
+def withdraw(submission: Submission, by: str = "", reason: str = "") -> bool:
     """Take a result off the live list (it stays in frozen editions)."""
     with transaction.atomic():
         Result.objects.filter(submission=submission).update(published=False)
         n = Submission.objects.filter(pk=submission.pk, status__in=[S.VERIFIED, S.PUBLISHED]).update(
             status=S.WITHDRAWN, updated_at=timezone.now())
         ranking.rerank()
+        result = Result.objects.filter(submission=submission).first()
+        if result is not None:
+            translog.record(result, "withdrawn", by=by, reason=reason)
     return bool(n)
 
 
@@ -458,6 +471,7 @@ def review(result: Result, approve: bool, reason: str, by: str) -> None:
             review=Result.Review.APPROVED if approve else Result.Review.REJECTED, review_reason=reason,
             reviewed_at=timezone.now(), reviewed_by=by)
         ranking.rerank()
+        translog.record(result, "reviewed", by=by, reason=reason)
 
 
 def needs_reverify():

@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet, Window
 from django.db.models.functions import Rank
 from django.utils import timezone
 
-from leaderboard import listcache
+from leaderboard import listcache, translog
 from leaderboard.models import Edition, EditionEntry, Result
 
 if TYPE_CHECKING:
@@ -124,4 +124,5 @@ def freeze_edition(edition: Edition, results: QuerySet[Result] | None = None) ->
         batch_size=2000)
     edition.frozen_at = timezone.now()
     edition.save(update_fields=["frozen_at"])  # the save drops the cached pages (listcache's signals)
+    translog.record_edition(edition)
     return len(entries)

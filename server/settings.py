@@ -157,6 +157,8 @@ if AIPERF_SYSTEM_APPROVAL not in ("auto", "manual"):
     raise ImproperlyConfigured(f"AIPERF_SYSTEM_APPROVAL must be auto or manual, not {AIPERF_SYSTEM_APPROVAL!r}")
 # The service's witness key (Ed25519 private key, PEM): `manage.py aiperf_witness_key create` makes it.
 AIPERF_WITNESS_KEY_FILE = Path(env.str("AIPERF_WITNESS_KEY_FILE", default=str(VAR_DIR / "witness_key.pem")))
+# The key that signs the heads of the list's transparency log; made on first use if absent (back it up).
+AIPERF_LOG_KEY_FILE = Path(env.str("AIPERF_LOG_KEY_FILE", default=str(VAR_DIR / "log_key.pem")))
 # Seconds between a witnessed run's heartbeats (the run token says it; the rules bound it to 5-300).
 AIPERF_HEARTBEAT_INTERVAL_S = env.float("AIPERF_HEARTBEAT_INTERVAL_S", default=60.0)
 # A run token not used (no heartbeat) within this many seconds expires.

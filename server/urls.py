@@ -11,6 +11,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from leaderboard import health
+from leaderboard.api import translog as log_views
 from leaderboard.api.router import router
 from leaderboard.api.uploads import UploadsView, UploadView
 from leaderboard.api.views import WitnessView
@@ -27,6 +28,12 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/witness/", WitnessView.as_view(), name="witness"),
+    # The list's transparency log: leaderboard/api/translog.py.
+    path("api/v1/log/key/", log_views.LogKeyView.as_view(), name="log-key"),
+    path("api/v1/log/head/", log_views.LogHeadView.as_view(), name="log-head"),
+    path("api/v1/log/entries/", log_views.LogEntriesView.as_view(), name="log-entries"),
+    path("api/v1/log/consistency/", log_views.LogConsistencyView.as_view(), name="log-consistency"),
+    path("api/v1/results/<int:result_id>/proof/", log_views.ResultProofView.as_view(), name="result-proof"),
     # Chunked, resumable uploads (tus 1.0.0): leaderboard/api/uploads.py.
     path("api/v1/uploads/", UploadsView.as_view(), name="uploads"),
     path("api/v1/uploads/<uuid:pk>/", UploadView.as_view(), name="upload"),

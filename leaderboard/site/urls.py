@@ -8,11 +8,12 @@
     /results/<id>/bundle           the signed bundle it was verified from
     /results/<id>/series.csv|json  the series the service recomputed
     /systems/<id>, /sites/<id>, /statistics, /methodology
+    /changes                       the list's transparency log, newest first (leaderboard/site/changes.py)
 """
 
 from django.urls import path
 
-from leaderboard.site import views
+from leaderboard.site import changes, views
 
 urlpatterns = [
     path("", views.ranked_list, name="home"),
@@ -28,4 +29,5 @@ urlpatterns = [
     path("sites/<int:pk>/", views.site),
     path("statistics", views.statistics, name="statistics"),
     path("methodology", views.methodology, name="methodology"),
+    path("changes", changes.changes, name="changes"),
 ]

@@ -28,7 +28,7 @@ from leaderboard import listcache
 from leaderboard.attempts import attempt_counts
 from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
 from leaderboard.pipeline import VERIFIER_VERSION
-from leaderboard.site import charts, queries
+from leaderboard.site import changes, charts, queries
 from leaderboard.site import format as fmt
 from leaderboard.site.queries import SORTS, ListParams
 
@@ -284,6 +284,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
             ("Started", fmt.date(r.started_at)), ("Verified", fmt.date(r.verified_at)),
             ("Published", fmt.date(r.published_at)),
         ],
+        "history": changes.history(r.pk), "log_head": changes.head_facts(),
         "nav": "list",
     }
     return render(request, "site/result.html", context)

@@ -37,6 +37,7 @@ class SiteFixture:
 @pytest.fixture(autouse=True)
 def media_root(settings, tmp_path: Path) -> Path:
     settings.MEDIA_ROOT = tmp_path / "media"
+    settings.AIPERF_LOG_KEY_FILE = tmp_path / "log_key.pem"
     settings.AIPERF_REQUIRE_APPROVAL = False
     return settings.MEDIA_ROOT
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from devdata.runfactory import make_run
 from tests.helpers import REPO
-from tests.service.stack import Stack, witnessed_stack
+from tests.service.stack import BIN, Stack, witnessed_stack
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -66,11 +67,37 @@ def test_rebuilt_results_equal_the_stored_ones(stack, tmp_path):
     assert scratch_databases(stack) == before  # the scratch database is dropped
 
 
-def test_a_result_changed_behind_the_services_back_is_found(stack):
+def check_list(stack: Stack, reader: Path) -> tuple[int, dict]:
+    """`aiperf-runner check-list --json` as a reader on another machine (its own config directory)."""
+    out = subprocess.run([str(BIN / "aiperf-runner"), "check-list", "--server", stack.url, "--json"], cwd=REPO,
+                         env={**stack.env, "AIPERF_CONFIG_DIR": str(reader)}, capture_output=True, text=True,
+                         timeout=300)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_a_result_changed_behind_the_services_back_is_found(stack, tmp_path):
+    """By the rebuild (the bundle says otherwise; the list's log too) and by a reader's check-list (the list is
+    not what the log says): a score doubled by SQL, then a result deleted without an entry."""
+    reader = tmp_path / "reader"
+    code, verdict = check_list(stack, reader)
+    assert code == 0 and verdict["consistent"] and verdict["listed"] >= 2, verdict
     result = stack.sql("SELECT id, submission_id FROM leaderboard_result WHERE submission_id IN "
                        "(SELECT id FROM leaderboard_submission WHERE bundle <> '') ORDER BY id LIMIT 1")[0]
     stack.sql("UPDATE leaderboard_result SET score_ops = score_ops * 2 WHERE id = %s RETURNING id", result[0])
+    stack.manage("aiperf_rerank")  # ranks and cached pages follow the database: the list shows the new score
     out = rebuild(stack)
     assert out.returncode != 0
     assert f"submission {result[1]} " in out.stdout and "score_ops" in out.stdout, out.stdout + out.stderr
     assert "1 of 2 result(s) differ" in out.stdout + out.stderr
+    assert f"not in the list's log: result {result[0]}: score_ops" in out.stdout, out.stdout
+    code, verdict = check_list(stack, reader)
+    assert code == 1 and any(p.startswith(f"result {result[0]}: score_ops is ") for p in verdict["problems"]), verdict
+
+    demo = stack.sql("SELECT id FROM leaderboard_result WHERE rank_all IS NOT NULL AND submission_id IN "
+                     "(SELECT id FROM leaderboard_submission WHERE bundle = '') ORDER BY id LIMIT 1")[0][0]
+    stack.manage("shell", "-c", f"from leaderboard.models import Result; Result.objects.filter(pk={demo}).delete()")
+    stack.manage("aiperf_rerank")
+    code, verdict = check_list(stack, reader)
+    assert code == 1 and f"result {demo} is listed by the log but not on the list (removed or hidden without a log " \
+                         "entry)" in verdict["problems"], verdict
+    assert f"result {demo}: in the log, deleted from the database without an entry" in rebuild(stack).stdout

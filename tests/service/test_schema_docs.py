@@ -21,7 +21,8 @@ def test_schema_and_docs_served(client, db):
     schema = client.get("/api/schema/?format=json").json()
     paths = schema["paths"]
     for p in ("/api/v1/leaderboard/", "/api/v1/results/{id}/", "/api/v1/systems/", "/api/v1/sites/",
-              "/api/v1/editions/", "/api/v1/submissions/", "/api/v1/keys/"):
+              "/api/v1/editions/", "/api/v1/submissions/", "/api/v1/keys/", "/api/v1/log/head/", "/api/v1/log/key/",
+              "/api/v1/log/entries/", "/api/v1/log/consistency/", "/api/v1/results/{result_id}/proof/"):
         assert p in paths, p
     assert "post" in paths["/api/v1/submissions/"]
     docs = client.get("/api/docs/")

@@ -48,6 +48,7 @@ def page_paths() -> list[tuple[str, str | None]]:
         (f"/sites/{r.site_id}", None),
         ("/statistics", "#chart-vendor svg.main-svg"),
         ("/methodology", None),
+        ("/changes", None),
         ("/api/v1/", None),  # DRF's browsable API
         ("/api/v1/results/", None),
         (f"/api/v1/results/{r.pk}/", None),

@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from leaderboard import rebuild
+from leaderboard import rebuild, translog
 
 
 def source_url() -> str:
@@ -91,6 +91,8 @@ class Command(BaseCommand):
         self.print(report, opts["json"])
         if report["differ"]:
             raise CommandError(f"{len(report['differ'])} of {report['compared']} result(s) differ from their bundles")
+        if report["unlogged"]:
+            raise CommandError(f"{len(report['unlogged'])} result(s) differ from what the list's log says of them")
 
     def run_child(self, scratch: Scratch) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="aiperf-rebuild-report-") as tmp:
@@ -110,7 +112,8 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         copied = rebuild.copy_inputs()
         verified, skipped = rebuild.reverify_all()
-        report = {"copied": copied, "reverified": verified, "skipped_without_bundle": skipped, **rebuild.compare()}
+        report = {"copied": copied, "reverified": verified, "skipped_without_bundle": skipped, **rebuild.compare(),
+                  "unlogged": translog.unlogged(rebuild.SOURCE)}
         out.write_text(json.dumps(report))
 
     def print(self, report: dict[str, Any], as_json: bool) -> None:
@@ -121,6 +124,8 @@ class Command(BaseCommand):
             self.stdout.write(f"submission {item['submission']} (run {item['run_id']}):")
             for line in item["differences"]:
                 self.stdout.write(f"  {line}")
+        for line in report["unlogged"]:
+            self.stdout.write(f"not in the list's log: {line}")
         self.stdout.write(f"{report['reverified']} bundle(s) re-verified into a scratch database, "
                           f"{report['skipped_without_bundle']} submission(s) without a bundle skipped; "
                           f"{len(report['differ'])} of {report['compared']} result(s) differ")

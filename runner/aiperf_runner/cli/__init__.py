@@ -8,11 +8,24 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from aiperf_runner.cli import estimate, flops, keys, pack, register, relay, run, status, submit, system, verify
+from aiperf_runner.cli import (
+    checklist,
+    estimate,
+    flops,
+    keys,
+    pack,
+    register,
+    relay,
+    run,
+    status,
+    submit,
+    system,
+    verify,
+)
 from aiperf_runner.spec.errors import AiperfError
 
 # Every command module, explicitly (one missing is an ImportError at startup), in the order of `--help`.
-COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, relay)
+COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, relay, checklist)
 
 
 class AiperfCommands(TyperGroup):
