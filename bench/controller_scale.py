@@ -88,10 +88,10 @@ from aiperf_runner.data.presets import get_preset
 from aiperf_runner.run.controller import Controller
 from aiperf_runner.run.state import RunState
 from aiperf_runner.rundir.config import RunConfig
-from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.runio import RunDir
 from aiperf_runner.spec.scoring import score_run
+from aiperf_runner.spec.seeds import seed_for_preset
 
 TICK_S = os.sysconf("SC_CLK_TCK")
 

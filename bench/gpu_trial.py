@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from aiperf_runner.search.seeds import resnet50, small_resnet
+from aiperf_runner.spec.seeds import resnet50, small_resnet
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.distenv import DistEnv, free_port
 from aiperf_runner.train.parallel import data_parallel

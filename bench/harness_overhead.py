@@ -39,9 +39,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from aiperf_runner.data.presets import get_preset  # noqa: E402
 from aiperf_runner.search.hparams import defaults  # noqa: E402
-from aiperf_runner.search.seeds import seed_for_preset, small_resnet  # noqa: E402
 from aiperf_runner.spec.eventlog import EventWriter  # noqa: E402
 from aiperf_runner.spec.records import EpochEnd  # noqa: E402
+from aiperf_runner.spec.seeds import seed_for_preset, small_resnet  # noqa: E402
 from aiperf_runner.train.builder import build_module  # noqa: E402
 from aiperf_runner.train.data import DataSpec, TensorLoader, TrialData, build_data  # noqa: E402
 from aiperf_runner.train.precision import setup_precision  # noqa: E402

@@ -33,8 +33,8 @@ def _one_core(preset: str, core: int, seconds: float) -> float:
     """Train FLOPs per second of one pinned process (run in a child: see `probe`)."""
     import torch
     from aiperf_runner.data.presets import get_preset
-    from aiperf_runner.search.seeds import seed_for_preset
     from aiperf_runner.spec.flops import flops_per_image
+    from aiperf_runner.spec.seeds import seed_for_preset
     from aiperf_runner.train.builder import build_module
     from aiperf_runner.train.data import Normalizer, TrialData
     from aiperf_runner.train.precision import setup_precision

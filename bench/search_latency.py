@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from aiperf_runner.search.bayesian import ArchitectureSearch  # noqa: E402
 from aiperf_runner.search.morphism import random_morphism  # noqa: E402
-from aiperf_runner.search.seeds import small_resnet  # noqa: E402
+from aiperf_runner.spec.seeds import small_resnet  # noqa: E402
 
 TARGET_S = 1.0
 NNI_VENV = REPO / ".venv-nni"

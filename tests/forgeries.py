@@ -102,6 +102,23 @@ def input_448_ten_classes(path: Path) -> None:
                                                                                            image_size=448)))
 
 
+def past_the_search_bounds(path: Path) -> None:
+    """One trial's graph swapped for a network the search never proposes: two 512-filter 3x3 convolutions at
+    full resolution, about 60 times ResNet-50's FLOPs per image (the imagenet search stops at 4 times)."""
+    g = Graph([(3, 224, 224)], [])
+    x = g.add_layer("conv2d", [0], in_channels=3, filters=512, kernel_size=3, stride=1, padding=1)
+    for _ in range(2):
+        x = g.add_layer("relu", [g.add_layer("batchnorm2d", [x], num_features=512)])
+        x = g.add_layer("conv2d", [x], in_channels=512, filters=512, kernel_size=3, stride=1, padding=1)
+    x = g.add_layer("global_avgpool2d", [x])
+    g.add_layer("dense", [x], in_units=512, units=1000)
+    names = sorted(t.name for t in (path / "trials").iterdir())
+    trial = names[len(names) // 2]
+    (path / "trials" / trial / "graph.json").write_text(g.dumps())
+    _events(path, lambda events: _each(events, "trial_proposed", lambda e: e.update(arch_hash=g.hash())
+                                         if e["trial"] == trial else None))
+
+
 def kernel_size_edited(path: Path) -> None:
     """hparams.json's kernel_size edited (what v1-compat's quirk charges)."""
     for trial in (path / "trials").iterdir():
@@ -167,6 +184,7 @@ FORGERIES = (
     Forgery("rules-switched-after-the-run", rules_switched, "integrity.bound", "rejected"),
     Forgery("imagenet-448px-10-classes", input_448_ten_classes, "integrity.bound", "rejected"),
     Forgery("kernel-size-edited", kernel_size_edited, "integrity.bound", "rejected"),
+    Forgery("a-graph-past-the-search-bounds", past_the_search_bounds, "integrity.bound", "rejected"),
     Forgery("resubmitted-new-run-id", new_run_id_second_system, "integrity.duplicate", "rejected",
             service_only=True),
     Forgery("unstable", unstable, "stability.score_cv", "open", fresh=True),

@@ -14,9 +14,9 @@ from aiperf_runner.backends.base import Backend, LaunchSpec, load_backend
 from aiperf_runner.data.presets import get_preset
 from aiperf_runner.run.controller import Controller
 from aiperf_runner.rundir.config import TRIAL_MODULE, RunConfig
-from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec.eventlog import iter_events
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.seeds import seed_for_preset
 from aiperf_runner.spec.verify import verify
 
 DATASET = get_preset("smoke").dataset(None)

@@ -14,9 +14,9 @@ from aiperf_runner.data.presets import get_preset
 from aiperf_runner.run.controller import Controller
 from aiperf_runner.rundir import publish
 from aiperf_runner.rundir.config import RunConfig
-from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec import bundle, keys
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.seeds import seed_for_preset
 
 from tests.integrity.rundir import make_run
 from tests.runner.conftest import cli, run_controller

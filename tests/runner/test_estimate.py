@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from aiperf_runner.cli import app
-from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec import estimate, peaks
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.seeds import seed_for_preset
 from typer.testing import CliRunner
 
 FLOPS = flops_per_image(seed_for_preset("imagenet"), "v2")

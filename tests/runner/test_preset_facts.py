@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from aiperf_runner.data import idx as idxdata
 from aiperf_runner.data.presets import PRESETS, get_preset
-from aiperf_runner.search.seeds import seed_for_preset
 from aiperf_runner.spec import presetfacts as spec_presets
+from aiperf_runner.spec.seeds import seed_for_preset
 
 from tests.helpers import REPO, need_service
 

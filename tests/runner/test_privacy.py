@@ -81,7 +81,7 @@ def test_not_bundled_and_the_listing(tmp_path: Path) -> None:
 
 
 def test_the_trial_reads_its_data_root_from_local(tmp_path: Path) -> None:
-    from aiperf_runner.search.seeds import seed_for_preset
+    from aiperf_runner.spec.seeds import seed_for_preset
     from aiperf_runner.train.config import TrialConfig
 
     run = tmp_path / "run"

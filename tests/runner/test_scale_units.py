@@ -9,7 +9,7 @@ from aiperf_runner.backends.base import load_backend
 from aiperf_runner.run.state import RunState
 from aiperf_runner.search.bayesian import ArchitectureSearch
 from aiperf_runner.search.buffer import BATCH_MAX, ProposalBuffer, ready_target
-from aiperf_runner.search.seeds import small_resnet
+from aiperf_runner.spec.seeds import small_resnet
 
 
 def test_the_ready_target_grows_with_slots_within_bounds() -> None:

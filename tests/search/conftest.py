@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from aiperf_runner.search.seeds import small_resnet
+from aiperf_runner.spec.seeds import small_resnet
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from aiperf_runner.search.baselines import (
     seed_only_factory,
 )
 from aiperf_runner.search.morphism import OPS
-from aiperf_runner.search.seeds import seed_for_preset
+from aiperf_runner.spec.seeds import seed_for_preset
 
 SEED = seed_for_preset("fashion-mnist", 10, 28)
 DATASET = {"classes": 10, "image_size": 28}

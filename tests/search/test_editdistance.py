@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from aiperf_runner.search.editdistance import DescriptorBank, describe, edit_distance
 from aiperf_runner.search.morphism import deeper, random_morphism, skip, wider
-from aiperf_runner.search.seeds import resnet50, small_resnet
+from aiperf_runner.spec.seeds import resnet50, small_resnet
 
 
 def _naive(a, b, sub):

@@ -7,8 +7,8 @@ import random
 import pytest
 from aiperf_runner.search import morphism
 from aiperf_runner.search.morphism import MorphismError, deeper, neighbours, random_morphism, skip, wider
-from aiperf_runner.search.seeds import resnet50, small_resnet
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.seeds import resnet50, small_resnet
 
 
 def _flops(g, rules="v2"):

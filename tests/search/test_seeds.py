@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from aiperf_runner.search.morphism import param_count
-from aiperf_runner.search.seeds import resnet50, seed_for_preset, small_resnet
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import load_graph
+from aiperf_runner.spec.seeds import resnet50, seed_for_preset, small_resnet
 
 
 def test_resnet50_equals_reference_file(reference_resnet50):

@@ -1,4 +1,4 @@
-"""The preset's bounds on a proposal's size (data/presets.py `max_flops_ratio`, `max_layers_ratio`): neither
+"""The preset's bounds on a proposal's size (spec/presetfacts.py `max_flops_ratio`, `max_layers_ratio`): neither
 the Bayesian search nor the random baseline proposes an architecture over them, however long the search
 grows networks."""
 
@@ -59,7 +59,7 @@ def test_a_search_at_its_bounds_still_fills_its_batches() -> None:
     new ones below them: every batch full. It used to expand the best first, spend a pass on
     children the bounds refused or that were known, and shrink to one proposal a batch."""
     from aiperf_runner.search.bayesian import ArchitectureSearch
-    from aiperf_runner.search.seeds import seed_for_preset
+    from aiperf_runner.spec.seeds import seed_for_preset
 
     seed = seed_for_preset("smoke", 10, 16)
     seed_flops = flops_per_image(seed, "v2").train

@@ -159,9 +159,8 @@ def test_check_list_refuses_another_log_key(site_a, make_bundle, live_server, co
 
 
 def test_the_command_line_says_it_and_exits_0_1_2(site_a, make_bundle, live_server, config, monkeypatch) -> None:
-    from typer.testing import CliRunner
-
     from aiperf_runner.cli import app
+    from typer.testing import CliRunner
 
     monkeypatch.delenv("AIPERF_SERVER", raising=False)
     body = upload(site_a.client, make_bundle(site_a.key)).json()

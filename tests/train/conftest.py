@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiperf_runner.search.seeds import small_resnet
+from aiperf_runner.spec.seeds import small_resnet
 
 from tests.helpers import REPO
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from aiperf_runner.search.seeds import small_resnet
+from aiperf_runner.spec.seeds import small_resnet
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.data import (
     SMOKE_LABEL_NOISE,

@@ -21,9 +21,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from aiperf_runner.search.seeds import small_resnet
 from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.seeds import small_resnet
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.data import DataSpec, build_data
 from aiperf_runner.train.distenv import free_port

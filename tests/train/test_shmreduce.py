@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from aiperf_runner.search.seeds import small_resnet
+from aiperf_runner.spec.seeds import small_resnet
 from aiperf_runner.train import shmreduce
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.distenv import DistEnv, free_port

@@ -25,9 +25,9 @@ def estimate_cmd(
     """Estimate a run: node-hours, the expected score range (peak x the efficiency range of the preset's
     reference measurement, with every assumption and its source) and a suggested slots / nodes-per-slot split."""
     from aiperf_runner.data.presets import get_preset
-    from aiperf_runner.search.seeds import seed_for_preset
     from aiperf_runner.spec.estimate import estimate
     from aiperf_runner.spec.flops import flops_per_image
+    from aiperf_runner.spec.seeds import seed_for_preset
 
     try:
         p = get_preset(preset)

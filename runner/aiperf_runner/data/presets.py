@@ -37,16 +37,9 @@ class Preset:
     smoke_sizes: tuple[int, int] = (0, 0)  # generated train / validation images (smoke only)
     channels: int = 3
     data_format: str = "folder"  # "generated" (smoke), "idx" (fashion-mnist), "folder" (ImageFolder --data)
-    # The search proposes no architecture whose train FLOPs per image exceed this many times the
-    # seed's (NNI's morphism tuner bounds model size too). Unbounded, compounding *wider* morphisms grew
-    # 5-minute smoke runs' networks to 8-44x the seed, at whatever pace a run's path took: their mean
-    # FLOPs per image ranged 1.4e7-2.9e7 between identical runs, and the score with them.
+    # The search's bounds on a proposal's size: the seed's FLOPs and layers times these (why, and the
+    # values: spec/presetfacts.py, where the verifier reads them too; `_facts` copies them here).
     max_flops_ratio: float | None = 4.0
-    # And no architecture with more than this many times the seed's layers. On a small CPU model each
-    # layer costs a fixed overhead per batch whatever its FLOPs (a *skip* adds an add and a 1x1 conv),
-    # so with FLOPs bounded the epoch time, and the score, still followed how many layers a run's
-    # path had grown: 5-minute smoke runs trained networks of 42-49 layers on average (seed 30) at
-    # 1.98-2.21 s per epoch of similar FLOPs. NNI's and Auto-Keras' morphism searches bound layers too.
     max_layers_ratio: float | None = None
 
     def dataset(self, data: str | None) -> dict[str, Any]:
@@ -105,7 +98,8 @@ def _count_images(folder: Path) -> int:
 
 def _facts(name: str) -> dict[str, Any]:
     facts = SPEC_PRESETS[name]
-    return {"image_size": facts.image_size, "channels": facts.channels, "classes": facts.classes or 10}
+    return {"image_size": facts.image_size, "channels": facts.channels, "classes": facts.classes or 10,
+            "max_flops_ratio": facts.max_flops_ratio, "max_layers_ratio": facts.max_layers_ratio}
 
 
 PRESETS: dict[str, Preset] = {
@@ -116,7 +110,7 @@ PRESETS: dict[str, Preset] = {
     # bounds, so a 5-minute score follows the sizes the search's path reached; replayed 20 times
     # (bench/search_spread.py) their mean varied by a CV of 7.0 % under 3x and 3.7 % under 2x.
     "smoke": Preset("smoke", epoch_budgets=(1, 2, 3, 4), early_stopping_patience=2, default_duration_s=300,
-                    needs_data=False, data_format="generated", max_flops_ratio=2.0, max_layers_ratio=1.5,
+                    needs_data=False, data_format="generated",
                     smoke_sizes=(SPEC_PRESETS["smoke"].train_images or 0, SPEC_PRESETS["smoke"].val_images or 0),
                     **_facts("smoke")),
     # Real images on a small CPU machine: Fashion-MNIST (60,000 + 10,000 grey 28x28 images, Debian's

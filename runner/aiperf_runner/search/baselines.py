@@ -21,8 +21,8 @@ from typing import Any
 
 from aiperf_runner.search import morphism
 from aiperf_runner.search.bayesian import Proposal
-from aiperf_runner.search.seeds import within_bounds
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.seeds import within_bounds
 
 
 class _Recorded:
@@ -133,7 +133,7 @@ class SeedOnlySearch(_Recorded):
 def _searches(preset: Any, dataset: Mapping[str, Any], seed: int, history: list[dict[str, Any]] | None,
               arch_cls: type[_Recorded], **hparam_kwargs: Any) -> tuple[Any, Any]:
     from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import search_bounds, seed_for_preset
+    from aiperf_runner.spec.seeds import search_bounds, seed_for_preset
 
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
     bound = search_bounds(preset, seed_graph) if arch_cls is RandomMorphismSearch else {}

@@ -64,8 +64,8 @@ from aiperf_runner.search.blas import blas_single_thread
 from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
 from aiperf_runner.search.gp import GaussianProcess
 from aiperf_runner.search.protocols import ArchitectureSearcher
-from aiperf_runner.search.seeds import within_bounds
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.seeds import within_bounds
 
 BETA = 2.576
 # The GP is fitted on at most this many architectures (the better half by accuracy and the most

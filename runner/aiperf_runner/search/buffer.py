@@ -268,7 +268,7 @@ def make_search(preset: Preset, dataset: dict[str, Any], seed: int,
     """
     from aiperf_runner.search.bayesian import ArchitectureSearch
     from aiperf_runner.search.hparams import HparamSearch
-    from aiperf_runner.search.seeds import search_bounds, seed_for_preset
+    from aiperf_runner.spec.seeds import search_bounds, seed_for_preset
 
     seed_graph = seed_for_preset(preset.name, int(dataset["classes"]), int(dataset["image_size"]))
     bounds = search_bounds(preset, seed_graph)  # the preset's bounds on a proposal's size

@@ -6,8 +6,9 @@
 - run.json's data set is the preset's (spec/presetfacts.py: ImageNet-1k has 1,281,167 training and
   50,000 validation images in 1,000 classes at 224x224);
 - every trial's graph takes the preset's input (channels x size x size) and has the data set's
-  classes; its hyper-parameters (`hparams.json`) are the ones its `trial_proposed` logged, inside
-  the preset's search space (`kernel_size` fixed at 3).
+  classes, within the search's bounds (spec/seeds.py: at most the preset's ratios times the seed's
+  train FLOPs per image and layers); its hyper-parameters (`hparams.json`) are the ones its
+  `trial_proposed` logged, inside the preset's search space (`kernel_size` fixed at 3).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import presetfacts
+from . import presetfacts, seeds
 from .logaudit import Findings
 from .replay import Replay
 from .runio import RunDir, RunIOError, canonical_digest
@@ -56,8 +57,18 @@ def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> F
     return found
 
 
+def _limits(preset: presetfacts.PresetSpec, classes: Any) -> dict[str, int | None]:
+    """The search's bounds on a graph of this preset and data set (spec/seeds.py)."""
+    if not (type(classes) is int and classes >= 1):
+        return {"max_train_flops": None, "max_layers": None}  # the data set's problem is reported already
+    seed = seeds.seed_for_preset(preset.name, classes, preset.image_size)
+    return seeds.search_bounds(preset.name, seed)
+
+
 def _trials(preset: presetfacts.PresetSpec, classes: Any, replay: Replay, run_dir: RunDir, found: Findings) -> None:
     want_in = preset.input_shape
+    limits = _limits(preset, classes)
+    max_flops, max_layers = limits["max_train_flops"], limits["max_layers"]
     for tr in replay.trials.values():
         where = f"trials/{tr.trial}"
         try:
@@ -69,6 +80,17 @@ def _trials(preset: presetfacts.PresetSpec, classes: Any, replay: Replay, run_di
                          f"fixes {list(want_in)}")
         if arch.output_shape is not None and tuple(arch.output_shape) != (classes,):
             found.add(0, f"{where}/graph.json outputs {list(arch.output_shape)}; the data set has {classes} classes")
+        if max_layers is not None and arch.layers is not None and arch.layers > max_layers:
+            found.add(0, f"{where}/graph.json has {arch.layers} layers; the search of preset {preset.name!r} "
+                         f"proposes at most {max_layers}")
+        if max_flops is not None and arch.error is None and arch.input_shape is not None:
+            try:
+                train = run_dir.trial_flops(tr.trial, "v2").train
+            except RunIOError:
+                train = None
+            if train is not None and train > max_flops:
+                found.add(0, f"{where}/graph.json trains at {train:,} FLOPs per image; the search of preset "
+                             f"{preset.name!r} proposes at most {max_flops:,}")
         facts = run_dir.hparams_facts(tr.trial, preset.space)  # read in parallel by RunDir.prefetch, if many
         if facts.error is not None:
             found.add(0, facts.error)

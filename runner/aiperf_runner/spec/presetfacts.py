@@ -54,6 +54,18 @@ class PresetSpec:
     val_images: int | None
     space: HparamSpace = field(repr=False, default=None)  # type: ignore[assignment]
     title: str = ""  # the data set's name in messages
+    # The search proposes no architecture whose train FLOPs per image exceed this many times the
+    # seed's (NNI's morphism tuner bounds model size too). Unbounded, compounding *wider* morphisms grew
+    # 5-minute smoke runs' networks to 8-44x the seed, at whatever pace a run's path took: their mean
+    # FLOPs per image ranged 1.4e7-2.9e7 between identical runs, and the score with them.
+    max_flops_ratio: float | None = 4.0
+    # And no architecture with more than this many times the seed's layers. On a small CPU model each
+    # layer costs a fixed overhead per batch whatever its FLOPs (a *skip* adds an add and a 1x1 conv),
+    # so with FLOPs bounded the epoch time, and the score, still followed how many layers a run's
+    # path had grown: 5-minute smoke runs trained networks of 42-49 layers on average (seed 30) at
+    # 1.98-2.21 s per epoch of similar FLOPs. NNI's and Auto-Keras' morphism searches bound layers too.
+    # Both are checked by the verifier on every trial's graph (spec/bound.py).
+    max_layers_ratio: float | None = None
 
     def __post_init__(self) -> None:
         if not self.title:
@@ -68,7 +80,9 @@ PRESETS: dict[str, PresetSpec] = {p.name: p for p in (
     # Generated images the small ResNet learns in a few CPU epochs (runner: train/data.py).
     PresetSpec("smoke", 3, 16, 10, 4000, 2000, HparamSpace(
         (32, 64, 128), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),
-        {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0})),
+        {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}),
+        # FLOPs at 2x the seed's (3x before 3 December): see data/presets.py's smoke entry.
+        max_flops_ratio=2.0, max_layers_ratio=1.5),
     # Fashion-MNIST's IDX files (Debian's dataset-fashion-mnist): train-* and t10k-*, grey 28x28.
     PresetSpec("fashion-mnist", 1, 28, 10, 60_000, 10_000, HparamSpace(
         (64, 128, 256), (0.01, 0.3), (1e-5, 1e-3), (0.0, 0.2), (0.0, 0.5),

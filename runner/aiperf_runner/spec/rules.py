@@ -197,7 +197,8 @@ def check_graphs(errors: Findings, trials: int, distinct: int) -> dict[str, Any]
 def check_bound(found: Findings) -> dict[str, Any]:
     return check("integrity.bound", 0, found.count, found.count == 0, found.text(
         "run_started and run.json agree on rules, preset, precision, slots, devices per slot and data set; "
-        "the data set, every graph's input and classes and every trial's hyper-parameters are the preset's"))
+        "the data set, every graph's input and classes and every trial's hyper-parameters are the preset's; "
+        "every graph within the search's bounds"))
 
 
 # validity

@@ -45,6 +45,7 @@ class ArchInfo:
     flops: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rules, kernel_size) -> FlopCounts
     input_shape: tuple[int, ...] | None = None  # of the graph's input node, e.g. (3, 224, 224)
     output_shape: tuple[int, ...] | None = None  # of its output node: (classes,) for a classifier
+    layers: int | None = None  # how many layers (the search's bound on it: spec/seeds.py)
 
 
 PREFETCH_MIN_DISTINCT = 64
@@ -68,8 +69,9 @@ def canonical_digest(d: Mapping[str, Any]) -> bytes:
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).digest()
 
 
-Analysis = tuple[str | None, str | None, dict[tuple[str, int], Any], tuple[int, ...] | None, tuple[int, ...] | None]
-"""(canonical hash, error, {(rules, kernel_size): FlopCounts}, input shape, output shape)"""
+Analysis = tuple[str | None, str | None, dict[tuple[str, int], Any], tuple[int, ...] | None, tuple[int, ...] | None,
+                 int | None]
+"""(canonical hash, error, {(rules, kernel_size): FlopCounts}, input shape, output shape, layers)"""
 
 
 def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool) -> Analysis:
@@ -84,10 +86,10 @@ def _analyse(raw: bytes, flops_keys: list[tuple[str, int]], want_hash: bool) -> 
         if not flops_keys:
             graph.validate()
         shapes = tuple(graph.nodes[graph.input_node]), tuple(graph.nodes[graph.output_node])
-        return (graph.hash() if want_hash else None), None, flops, *shapes
+        return (graph.hash() if want_hash else None), None, flops, *shapes, len(graph.layers)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError,
             ArithmeticError) as exc:  # OverflowError: int() of an infinite parameter (tests/fuzz)
-        return None, str(exc) or type(exc).__name__, flops, None, None
+        return None, str(exc) or type(exc).__name__, flops, None, None, None
 
 
 def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]) -> list[tuple[str, Analysis]]:
@@ -97,7 +99,7 @@ def _analyse_batch(items: list[tuple[str, str, list[tuple[str, int]]]]) -> list[
         try:
             raw = Path(path).read_bytes()
         except OSError as exc:
-            out.append((digest, (None, f"cannot be read ({exc.strerror})", {}, None, None)))
+            out.append((digest, (None, f"cannot be read ({exc.strerror})", {}, None, None, None)))
             continue
         out.append((digest, _analyse(raw, keys, True)))
     return out
@@ -126,7 +128,7 @@ def _read_trials(root: str, trials: list[str], preset: str | None,
 
 
 def _merge(info: ArchInfo, analysis: Analysis) -> None:
-    arch_hash, error, flops, input_shape, output_shape = analysis
+    arch_hash, error, flops, input_shape, output_shape, layers = analysis
     if arch_hash is not None:
         info.arch_hash = arch_hash
     if error is not None:
@@ -134,6 +136,8 @@ def _merge(info: ArchInfo, analysis: Analysis) -> None:
     info.flops.update(flops)
     if input_shape is not None:
         info.input_shape, info.output_shape = input_shape, output_shape
+    if layers is not None:
+        info.layers = layers
 
 
 def _check_trial(trial: Any) -> None:

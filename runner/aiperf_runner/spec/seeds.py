@@ -1,4 +1,6 @@
-"""Seed architectures the search starts from, built in code (no file needed at run time).
+"""Seed architectures the search starts from, built in code (no file needed at run time), and the
+bounds the search keeps its proposals within: part of the benchmark's definition, so the verifier
+checks every trial's graph against them (spec/bound.py, `integrity.bound`).
 
 - `resnet50()`: the official AIPerf seed. Layer for layer (types, parameters, list order and node
   numbering) the graph of `tests/data/reference_resnet50.json`, so its `Graph.hash()` equals that of
@@ -14,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aiperf_runner.spec.graph import Graph
+from . import presetfacts
+from .flops import flops_per_image
+from .graph import Graph
 
 
 def _conv(g: Graph, x: int, filters: int, kernel: int, stride: int = 1, padding: int | None = None) -> int:
@@ -109,25 +113,18 @@ def seed_for_preset(preset: str, num_classes: int | None = None, image_size: int
 
 def search_bounds(preset: Any, seed_graph: Graph) -> dict[str, int | None]:
     """The preset's bounds on a proposal, as keyword arguments of the searches: `max_train_flops`
-    and `max_layers` (the seed's times the preset's ratios; None where it sets none)."""
-    ratio = getattr(preset, "max_layers_ratio", None)
-    return {"max_train_flops": max_train_flops(preset, seed_graph),
-            "max_layers": None if not ratio else int(ratio * len(seed_graph.layers))}
+    (v2 train FLOPs per image) and `max_layers`, the seed's times the preset's ratios
+    (spec/presetfacts.py; None where it sets none). `preset`: its name, or anything with a `name`."""
+    facts = presetfacts.get(preset if isinstance(preset, str) else getattr(preset, "name", None))
+    # A preset object's own ratios where it has them (bench/search_spread.py tries others).
+    flops_ratio = getattr(preset, "max_flops_ratio", facts.max_flops_ratio if facts is not None else None)
+    layers_ratio = getattr(preset, "max_layers_ratio", facts.max_layers_ratio if facts is not None else None)
+    return {"max_train_flops": None if not flops_ratio else int(flops_ratio * flops_per_image(seed_graph, "v2").train),
+            "max_layers": None if not layers_ratio else int(layers_ratio * len(seed_graph.layers))}
 
 
 def within_bounds(graph: Graph, max_train_flops: int | None = None, max_layers: int | None = None) -> bool:
     """Whether a proposal respects the bounds `search_bounds` gives (the cheap layer count first)."""
-    from aiperf_runner.spec.flops import flops_per_image
-
     if max_layers is not None and len(graph.layers) > max_layers:
         return False
     return max_train_flops is None or flops_per_image(graph, "v2").train <= max_train_flops
-
-
-def max_train_flops(preset: Any, seed_graph: Graph) -> int | None:
-    """The bound on a proposal's v2 train FLOPs per image: the preset's `max_flops_ratio` (data/presets.py)
-    times the seed's; None when the preset sets none."""
-    from aiperf_runner.spec.flops import flops_per_image
-
-    ratio = getattr(preset, "max_flops_ratio", None)
-    return None if not ratio else int(ratio * flops_per_image(seed_graph, "v2").train)
