@@ -64,13 +64,15 @@ def stack(tmp_path_factory):
 
 
 class Site:
-    """A site with its token, its key (config dir) and one registered system (two H100s, one node)."""
+    """A site with its token, its key (config dir) and one registered system: this machine, as it is (its
+    CPU and cores read by `system add --facts-from here`), since system.facts holds a run to what it ran on."""
 
-    def __init__(self, stack: Stack, name: str) -> None:
+    def __init__(self, stack: Stack, name: str, model: str = "cpu", per_node: int = 0) -> None:
         self.stack = stack
         self.token, self.config = stack.new_site(name, "DE")
-        out = stack.runner("system", "add", "--name", f"{name} box", "--accelerator-model", H100,
-                           "--accelerators-per-node", "2", "--nodes", "1", "--json", config=self.config)
+        out = stack.runner("system", "add", "--name", f"{name} box", "--accelerator-model", model,
+                           "--accelerators-per-node", str(per_node), "--nodes", "1", "--facts-from", "here", "--json",
+                           config=self.config)
         self.system = json.loads(out.stdout)
         assert self.system["status"] == "approved", self.system
 
@@ -406,6 +408,9 @@ def unsubmitted(stack, runs, tmp_path_factory):
         procs[mode] = site.start_run(work / mode, "25s", 1, 20 + i, "aiperf_runner.train.trial",
                                      program=(sys.executable, "-m", "tests.service.grinding_runner", mode))
     procs["turns"] = site.start_run(work / "turns", "25s", slots=1, seed=25)
+    phantom = Site(stack, "Phantom Lab", "NVIDIA H200", 8)  # registered as what this machine is not
+    procs["phantom"] = phantom.start_run(work / "phantom", "25s", slots=1, seed=26)
+    PHANTOM.append(phantom)
     second_log_takes_a_turn(site, work / "turns")
     for proc in procs.values():
         finish(proc)
@@ -413,6 +418,7 @@ def unsubmitted(stack, runs, tmp_path_factory):
 
 
 GRINDS = ("hide", "rechain")
+PHANTOM: list[Site] = []  # the site whose system was registered as 8 x H200
 
 
 def second_log_takes_a_turn(site: Site, run: Path) -> None:
@@ -468,6 +474,16 @@ def test_receipts_kept_from_the_log_leave_the_official_division(stack, unsubmitt
     if how != "hide":  # a heartbeat named a receipt other than the last one issued: refused, and on the record
         run_id = lines(path)[0]["run_id"]
         assert stack.sql("SELECT chain_breaks FROM leaderboard_runattempt WHERE run_id = %s", run_id)[0][0] >= 1
+
+
+def test_hardware_registered_that_the_run_did_not_have_is_not_official(stack, unsubmitted):
+    """A CPU machine registered as 8 x H200 (auto-approved: a known model): the trials reported cpu."""
+    _, bases = unsubmitted
+    sub = PHANTOM[0].submit(bases["phantom"])
+    got, failed = outcome(stack, sub)
+    assert got == "open" and "system.facts" in failed, (got, failed)
+    message = checks(stack, sub)["system.facts"]["message"]
+    assert message.startswith("the trials ran on ") and " x cpu; the registration is " in message, message
 
 
 def test_a_token_used_for_a_second_run(stack, tmp_path):

@@ -7,14 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
-from aiperf_runner.spec import bundle, keys
+from aiperf_runner.spec import bundle, keys, seeds
 from aiperf_runner.spec.eventlog import iter_events
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.scoring import score_run
 from aiperf_runner.spec.verify import REPORT_FIELDS, verify
 
-from devdata.runfactory import make_run
+from devdata.runfactory import make_run, small_graph
 
 # docs/internals.md, "Verification"
 FIELDS = {"integrity_ok", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "duration_s",
@@ -152,7 +152,11 @@ def test_runfactory_output_follows_the_contract(tmp_path: Path) -> None:
 
 
 def test_parallel_graph_analysis_gives_the_same_report(tmp_path: Path) -> None:
-    run = make_run(tmp_path / "run", slots=4, trials=80, epochs=2, epoch_seconds=5.0, archs=70, trial_logs=False)
+    # 70 distinct graphs (more than PREFETCH_MIN_DISTINCT), each within smoke's search bounds (integrity.bound)
+    bounds = seeds.search_bounds("smoke", seeds.seed_for_preset("smoke", 10, 16))
+    kinds = [k for k in range(400) if seeds.within_bounds(small_graph(k), **bounds)][:70]
+    run = make_run(tmp_path / "run", slots=4, trials=80, epochs=2, epoch_seconds=5.0, archs=70, trial_logs=False,
+                   graph_fn=lambda k: small_graph(kinds[k]))
     lazy = verify(run.path, workers=1)
     parallel = verify(run.path, workers=2)
     assert lazy == parallel

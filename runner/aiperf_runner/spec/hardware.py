@@ -151,8 +151,9 @@ class SeenAccelerators:
                     self.ranks[str(model)] = self.ranks.get(str(model), 0) + n
 
     def not_registered(self, hw: Hardware) -> list[str]:
-        """The models seen that are not `hw`'s: a note for the reader (a heterogeneous partition, a
-        registration out of date), never a failed check — names differ between drivers and tables."""
+        """The models seen that are not `hw`'s (a heterogeneous partition, a registration out of date, a system
+        registered as other hardware than it has): `system.facts` fails on them. The peak table's names
+        match drivers' variants; an unknown name matches when one contains the other."""
         return sorted(m for m in self.ranks if not _same_model(m, hw))
 
 

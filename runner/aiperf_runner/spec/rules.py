@@ -394,6 +394,24 @@ def check_devices(audit: LogAudit, hw: Any, devices_per_slot: Any) -> dict[str, 
                  f"({where})")
 
 
+def check_facts(hw: Any, run_system: Mapping[str, Any], seen_not_registered: list[str],
+                seen: Mapping[str, int]) -> dict[str, Any]:
+    """What the run found it ran on against the registration: the device models its trials reported, and
+    run.json's accelerator count (never more than registered)."""
+    name, threshold = "system.facts", "the run's own facts within the registration"
+    if not hw.registered:
+        return check(name, threshold, None, True, "no registration: the run is judged by run.json's own facts")
+    problems = []
+    if seen_not_registered:
+        ranks = ", ".join(f"{seen[m]} x {m}" for m in seen_not_registered)
+        problems.append(f"the trials ran on {ranks}; the registration is {hw.describe()}")
+    count = run_system.get("accelerator_count")
+    if not hw.is_cpu and type(count) is int and count > hw.accelerators:
+        problems.append(f"run.json found {count} accelerators; the registration has {hw.accelerators}")
+    return check(name, threshold, len(problems), not problems, "; ".join(problems) or
+                 "the devices the trials reported and run.json's counts agree with the registration")
+
+
 # witness: the service's run token and receipts (spec/witness.py)
 
 def check_witness_token(problems: list[str], checked: bool) -> dict[str, Any]:

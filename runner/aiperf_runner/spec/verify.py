@@ -330,9 +330,11 @@ def _plausibility_checks(f: _Folded, run: Mapping[str, Any], precision: Any, pea
 def _system_checks(f: _Folded, run: Mapping[str, Any], hw: hardware.Hardware, peak: float | None, how: str,
                    precision: Any) -> list[dict[str, Any]]:
     run_system = run.get("system") if isinstance(run.get("system"), Mapping) else {}
-    return [R.check_registered(hw, run_system.get("id") if isinstance(run_system, Mapping) else None),
+    assert isinstance(run_system, Mapping)
+    return [R.check_registered(hw, run_system.get("id")),
             R.check_peak_known(peak, how, precision),
-            R.check_devices(f.audit, hw, _dict(run.get("config")).get("devices_per_slot"))]
+            R.check_devices(f.audit, hw, _dict(run.get("config")).get("devices_per_slot")),
+            R.check_facts(hw, run_system, f.seen.not_registered(hw), f.seen.ranks)]
 
 
 def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
@@ -376,7 +378,7 @@ def _fill_report(report: dict[str, Any], checks: list[dict[str, Any]], f: _Folde
         "system": {"registered": hw.registered, "id": hw.system_id, "name": hw.name,
                    "accelerator_model": hw.accelerator_model, "accelerators": hw.accelerators, "nodes": hw.nodes,
                    "describe": hw.describe(),
-                   # What the trials ran on, and a note (never a failed check) where it is not the registration's.
+                   # What the trials ran on, and where it is not the registration's (system.facts fails then).
                    "accelerators_seen": seen.ranks, "accelerators_not_registered": seen.not_registered(hw)},
         "epoch_fingerprints": f.fingerprints.digests,
         "kept_weights": {t: {"sha256": sha, "epoch": replay.trials[t].last_epoch,
