@@ -178,7 +178,8 @@ class Forgery:
 
 
 FORGERIES = (
-    Forgery("80-accelerators-on-8", eighty_accelerators, "system.devices", "rejected"),
+    # Registered as H100s (the honest run's own registration; on the service, one of the forger's H100 systems).
+    Forgery("80-accelerators-on-8", eighty_accelerators, "system.devices", "rejected", {"accelerator_model": H100}),
     Forgery("unknown-model-huge-peak", unknown_model_huge_peak, "system.peak", "open",
             {"accelerator_model": "Acme Tensor 9000", "status": "pending"}),
     Forgery("rules-switched-after-the-run", rules_switched, "integrity.bound", "rejected"),

@@ -93,8 +93,9 @@ def test_a_result_changed_behind_the_services_back_is_found(stack, tmp_path):
     code, verdict = check_list(stack, reader)
     assert code == 1 and any(p.startswith(f"result {result[0]}: score_ops is ") for p in verdict["problems"]), verdict
 
-    demo = stack.sql("SELECT id FROM leaderboard_result WHERE rank_all IS NOT NULL AND submission_id IN "
-                     "(SELECT id FROM leaderboard_submission WHERE bundle = '') ORDER BY id LIMIT 1")[0][0]
+    # A live result no frozen edition cites (those are protected from deletion).
+    demo = stack.sql("SELECT id FROM leaderboard_result WHERE rank_all IS NOT NULL AND id <> %s AND id NOT IN "
+                     "(SELECT result_id FROM leaderboard_editionentry) ORDER BY id LIMIT 1", result[0])[0][0]
     stack.manage("shell", "-c", f"from leaderboard.models import Result; Result.objects.filter(pk={demo}).delete()")
     stack.manage("aiperf_rerank")
     code, verdict = check_list(stack, reader)

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,12 +172,14 @@ def _change(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _published(http: Any) -> dict[int, dict[str, Any]]:
-    """Every live result the API lists (both FLOP rules), as {id: row with the system's id}."""
+    """Every live result the API lists (both FLOP rules), as {id: row with the system's id}. Read past the
+    service's page cache (a parameter of its own: a cached page may be minutes older than the database)."""
     out: dict[int, dict[str, Any]] = {}
+    fresh = secrets.token_hex(8)
     for rules in ("v2", "v1-compat"):
         page = 1
         while True:
-            body = _get(http, "/api/v1/leaderboard/", all=1, rules=rules, page_size=PAGE, page=page)
+            body = _get(http, "/api/v1/leaderboard/", all=1, rules=rules, page_size=PAGE, page=page, fresh=fresh)
             for row in body.get("results", []):
                 system = row.get("system")
                 out[int(row["id"])] = {**row, "system": system.get("id") if isinstance(system, dict) else system}

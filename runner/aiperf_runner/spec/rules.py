@@ -406,8 +406,9 @@ def check_facts(hw: Any, run_system: Mapping[str, Any], seen_not_registered: lis
         ranks = ", ".join(f"{seen[m]} x {m}" for m in seen_not_registered)
         problems.append(f"the trials ran on {ranks}; the registration is {hw.describe()}")
     count = run_system.get("accelerator_count")
-    if not hw.is_cpu and type(count) is int and count > hw.accelerators:
-        problems.append(f"run.json found {count} accelerators; the registration has {hw.accelerators}")
+    if type(count) is int and count > (0 if hw.is_cpu else hw.accelerators):
+        problems.append(f"run.json found {count} accelerators; the registration has "
+                        + ("none (a CPU system)" if hw.is_cpu else str(hw.accelerators)))
     return check(name, threshold, len(problems), not problems, "; ".join(problems) or
                  "the devices the trials reported and run.json's counts agree with the registration")
 
