@@ -429,8 +429,8 @@ def _store_rejection(sub: Submission, token: str, reasons: list[Reason]) -> None
                                     "error"])
         if result_id is not None:  # the list's log: the row as it stands now, or gone
             why = "; ".join(r["message"] for r in reasons)[:500]
-            if kept:
-                translog.record(Result(pk=result_id), "rejected", reason=why)
+            if result is not None and kept:
+                translog.record(result, "rejected", reason=why)
             else:
                 translog.record_removed([result_id], "rejected", why)
         if name:

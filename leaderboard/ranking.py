@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
+from aiperf_runner.spec import translog as spec_translog
 from django.db import connection, transaction
 from django.db.models import F, QuerySet, Window
 from django.db.models.functions import Rank
@@ -36,8 +37,9 @@ class NewRank(TypedDict):
 
 Ranked: TypeAlias = "WithAnnotations[Result, NewRank]"
 
-# The fields whose values split the results into separately ranked lists.
-PARTITION = ("rules", "division")
+# The fields whose values split the results into separately ranked lists (one definition with the readers'
+# recomputation in the list's log: spec/translog.py).
+PARTITION = spec_translog.RANKED_APART
 
 # Key of the PostgreSQL advisory lock that makes concurrent reranks take turns.
 _RERANK_LOCK = 0x41495046  # "AIPF"

@@ -138,12 +138,14 @@ def row_of(result: Result, live: bool) -> dict[str, Any]:
             "live": live}
 
 
-def last_rows(result_ids: Any) -> dict[int, dict[str, Any]]:
-    """The row the log last states of each result (those it has an entry of)."""
+def last_rows(result_ids: Any = None, using: str = "default") -> dict[int, dict[str, Any]]:
+    """The row the log last states of each result (those it has an entry of; None: of every result)."""
+    entries = LogEntry.objects.using(using).exclude(result_id=None)
+    if result_ids is not None:
+        entries = entries.filter(result_id__in=result_ids)
     out: dict[int, dict[str, Any]] = {}
-    for result_id, data in LogEntry.objects.filter(result_id__in=result_ids).order_by("result_id", "-index").values_list(
-            "result_id", "data").iterator():
-        if result_id is not None and result_id not in out:
+    for result_id, data in entries.order_by("result_id", "-index").values_list("result_id", "data").iterator():
+        if result_id is not None and result_id not in out:  # (never None: excluded above; for the type)
             out[result_id] = json.loads(data).get("result")
     return out
 
@@ -199,11 +201,7 @@ def unlogged(using: str = "default") -> list[str]:
     entry (`aiperf_rebuild --check`). Compares what a reader recomputes: every result's row, live or not."""
     results = Result.objects.using(using).select_related("submission").filter(submission__rehearsal=False)
     live = set(Result.objects.using(using).live().values_list("pk", flat=True))
-    logged: dict[int, dict[str, Any]] = {}
-    for result_id, data in LogEntry.objects.using(using).exclude(result_id=None).order_by(
-            "result_id", "-index").values_list("result_id", "data").iterator():
-        if result_id is not None and result_id not in logged:
-            logged[result_id] = json.loads(data).get("result")
+    logged = last_rows(using=using)
     out = []
     seen = set()
     for result in results.order_by("pk").iterator():

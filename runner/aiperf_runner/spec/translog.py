@@ -186,6 +186,9 @@ def head_statement(size: int, root: bytes, timestamp: float, key: str) -> dict[s
 # ---- the list as the log states it -------------------------------------------------------------------------
 COMPARED = ("division", "rules", "score_ops", "regulated_score_ops", "max_accuracy", "system")
 """The figures of a listed result that must be what the log says (and its place, rank_all)."""
+RANKED_APART = ("rules", "division")
+"""The fields whose values split the live list into separately ranked lists (the service's ranking,
+leaderboard/ranking.py, partitions by these; a reader recomputes `rank_all` with them)."""
 
 
 def rows_from_entries(entries: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -202,9 +205,9 @@ def listed_from_rows(rows: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[st
     """The live list the rows make: every live row with its `rank_all`, ranked within its rules and division
     by score (equal scores share a place: 1, 2, 2, 4), as the service ranks (leaderboard/ranking.py)."""
     live = {pk: dict(row) for pk, row in rows.items() if row.get("live")}
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in live.values():
-        groups.setdefault((row.get("rules"), row.get("division")), []).append(row)
+        groups.setdefault(tuple(row.get(f) for f in RANKED_APART), []).append(row)
     for members in groups.values():
         members.sort(key=lambda r: -float(r["score_ops"]))
         for place, row in enumerate(members, 1):
