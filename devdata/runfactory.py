@@ -35,7 +35,9 @@ from typing import Any
 from aiperf_runner.spec import presetfacts as spec_presets
 from aiperf_runner.spec.eventlog import GENESIS, encode
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.proof import every_steps, stand_in_states
 from aiperf_runner.spec.records import EpochEnd
+from aiperf_runner.spec.rules import thresholds
 
 NumberFn = float | int | Callable[[int, int], float]
 
@@ -233,7 +235,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
              retry_trials: frozenset[int] | set[int] = frozenset(), finish: bool = True,
              trial_logs: bool = True, run_id: str | None = None, seed: int = 0,
              duration_s: float | None = None, witness: TestWitness | None = None,
-             system_id: int | None = None) -> FactoryRun:
+             system_id: int | None = None, commitments: bool = True) -> FactoryRun:
     """Write a synthetic run directory at `path` (created); see the module docstring for the schedule.
 
     `epochs(i)`, `epoch_seconds(i, e)`, `accuracy(i, e)`, `images_trained(i, e)`,
@@ -244,6 +246,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     `witness` (a `TestWitness`): the run carries a run token and a heartbeat with its receipt every
     `witness.interval` seconds, the last after run_finished, as a witnessed run's log does.
     `system_id`: the registered system run.json names (as `run --system` records it).
+    `commitments`: every epoch's `epoch_states` line before its epoch_end (stand-in digests, chained).
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -254,6 +257,7 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
     sec_fn, acc_fn = _fn(epoch_seconds), _fn(accuracy)
     tr_fn = _fn(images_trained if images_trained is not None else dataset["train_images"])
     ev_fn = _fn(images_evaluated if images_evaluated is not None else dataset["val_images"])
+    every = every_steps(thresholds(), preset) or 50
 
     graph_fn = graph_fn or (lambda k: small_graph(k, dataset.get("image_size", 16), dataset.get("classes", 10)))
     arch_json: list[bytes] = []
@@ -331,6 +335,11 @@ def make_run(path: str | Path, *, slots: int = 2, trials: int = 4, epochs: int |
                                       seconds=secs).as_event()
                     clock += secs
                     line_t = clock + copy_delay_s
+                    if commitments:
+                        states = stand_in_states(tid, attempt, e, int(fields["images_trained"]), every)
+                        if tlog is not None:
+                            tlog.append("epoch_states", clock, **states)
+                        yield (line_t, "epoch_states", states, None)
                     if tlog is not None:
                         tlog.append("epoch_end", clock, **fields)
                     yield (line_t, "epoch_end", fields, None)

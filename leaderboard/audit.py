@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from leaderboard import bundles, pipeline, ranking, translog
 from leaderboard.errors import Reason, Rejected
-from leaderboard.models import Evidence, Result, Submission
+from leaderboard.models import Evidence, Result, StateEvidence, Submission
 
 log = logging.getLogger(__name__)
 
@@ -49,27 +49,10 @@ def receive_evidence(sub: Submission, trial: str, upload: Any) -> Evidence:
         raise Rejected("evidence", f"trial {trial!r} is not challenged (challenge: {', '.join(sub.challenge) or 'none'})",
                        status=404)
     logged = _logged(sub).get(trial, {}).get("sha256")
-    limit = settings.AIPERF_MAX_EVIDENCE_BYTES
     folder = Path(settings.MEDIA_ROOT) / "evidence" / str(sub.pk)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{trial}.{secrets.token_hex(4)}.tmp"
-    digest, size = hashlib.sha256(), 0
-    try:
-        with open(tmp, "wb") as out:
-            for chunk in upload.chunks():
-                size += len(chunk)
-                if size > limit:
-                    raise Rejected("size", f"weights of {size}+ bytes: over this service's limit of {limit} bytes "
-                                           "(AIPERF_MAX_EVIDENCE_BYTES)", status=413)
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != logged:
-            raise Rejected("audit.weights", f"the upload's SHA-256 {digest.hexdigest()} is not the one trial {trial}'s "
-                                            f"log recorded ({logged}): upload trials/{trial}/weights.safetensors")
-        final = folder / f"{trial}.safetensors"
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
+    final = folder / f"{trial}.safetensors"
+    size = _store_upload(upload, folder, final, logged, "audit.weights",
+                         f"the one trial {trial}'s log recorded ({logged}): upload trials/{trial}/weights.safetensors")
     rel = str(final.relative_to(settings.MEDIA_ROOT))
     evidence, _ = Evidence.objects.update_or_create(submission=sub, trial=trial,
                                                     defaults={"sha256": logged, "size": size, "file": rel,
@@ -77,10 +60,52 @@ def receive_evidence(sub: Submission, trial: str, upload: Any) -> Evidence:
     return evidence
 
 
+def receive_state(sub: Submission, sha256: str, upload: Any) -> StateEvidence:
+    """Store one committed training state the audit asked for; Rejected (nothing stored) when it is not one."""
+    wanted = sub.states_wanted()
+    if sha256 not in wanted:
+        raise Rejected("evidence", f"state {sha256[:16]}... is not one the audit asked for ({len(wanted)} asked)",
+                       status=404)
+    folder = Path(settings.MEDIA_ROOT) / "evidence" / str(sub.pk) / "states"
+    final = folder / f"{sha256}.safetensors"
+    size = _store_upload(upload, folder, final, sha256, "audit.state",
+                         f"the digest asked for: upload trials/{wanted[sha256]}/states/{sha256}.safetensors")
+    rel = str(final.relative_to(settings.MEDIA_ROOT))
+    evidence, _ = StateEvidence.objects.update_or_create(submission=sub, sha256=sha256, defaults={
+        "size": size, "file": rel, "uploaded_at": timezone.now()})
+    return evidence
+
+
+def _store_upload(upload: Any, folder: Path, final: Path, expected: str | None, check: str, wanted: str) -> int:
+    """An upload into `final` once its SHA-256 is `expected` (size-limited; nothing left behind otherwise);
+    `wanted` says what it should have been, in the refusal."""
+    limit = settings.AIPERF_MAX_EVIDENCE_BYTES
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{final.name}.{secrets.token_hex(4)}.tmp"
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as out:
+            for chunk in upload.chunks():
+                size += len(chunk)
+                if size > limit:
+                    raise Rejected("size", f"an upload of {size}+ bytes: over this service's limit of {limit} bytes "
+                                           "(AIPERF_MAX_EVIDENCE_BYTES)", status=413)
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != expected:
+            raise Rejected(check, f"the upload's SHA-256 {digest.hexdigest()} is not {wanted}")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return size
+
+
 def complete(sub: Submission) -> bool:
-    """Every challenged trial's weights are here."""
+    """Every challenged trial's weights and every committed state asked for are here."""
     have = set(Evidence.objects.filter(submission=sub).values_list("trial", flat=True))
-    return bool(sub.challenge) and set(sub.challenge) <= have
+    states = set(StateEvidence.objects.filter(submission=sub).values_list("sha256", flat=True))
+    asked = bool(sub.challenge) or bool(sub.proof)
+    return asked and set(sub.challenge) <= have and set(sub.states_wanted()) <= states
 
 
 def _logged(sub: Submission) -> dict[str, Any]:
@@ -106,20 +131,13 @@ def _limits() -> None:
 
 
 def evaluate(trial_dir: Path, weights: Path, data: str | None, preset: str) -> dict[str, Any]:
-    """The subprocess's verdict on one trial (its error as `error` when it could not run)."""
-    argv = [sys.executable, "-m", "aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
-            "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else [])
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=settings.AIPERF_AUDIT_TIMEOUT_S,
-                             preexec_fn=_limits, env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get(
-                                 "CUDA_VISIBLE_DEVICES", "")})
-    except subprocess.TimeoutExpired:
-        return {"architecture_ok": False, "error": f"the re-evaluation ran past {settings.AIPERF_AUDIT_TIMEOUT_S:.0f} s"}
-    try:
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-    except (ValueError, IndexError):
-        return {"architecture_ok": False, "error": f"the re-evaluation failed (exit {out.returncode}): "
-                                                   f"{out.stderr.strip()[-500:]}"}
+    """The subprocess's verdict on one trial's weights or committed state (its error as `error` when it could
+    not run)."""
+    verdict = _subprocess(["aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
+                           "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else []))
+    if "architecture_ok" not in verdict:
+        verdict = {"architecture_ok": False, "error": f"the re-evaluation: {verdict.get('error')}"}
+    return verdict
 
 
 def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dict[str, Any],
@@ -153,6 +171,77 @@ def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dic
     return checks
 
 
+def _subprocess(argv: list[str]) -> dict[str, Any]:
+    """One audit program's verdict (its last line of output), in a subprocess with the audit's limits."""
+    try:
+        out = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                             timeout=settings.AIPERF_AUDIT_TIMEOUT_S, preexec_fn=_limits,
+                             env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")})
+    except subprocess.TimeoutExpired:
+        return {"error": f"it ran past {settings.AIPERF_AUDIT_TIMEOUT_S:.0f} s"}
+    try:
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return {"error": f"it failed (exit {out.returncode}): {out.stderr.strip()[-500:]}"}
+
+
+def replay_check(seg: dict[str, Any], verdict: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    """audit.replay of one segment, from train/segment.py's verdict."""
+    where = (f"trial {seg['trial']} epoch {seg['epoch']} steps {seg['first'] + 1}-{seg['last']} on "
+             f"{seg['world']} rank(s)")
+    ratio, ok = verdict.get("ratio"), bool(verdict.get("passed"))
+    if verdict.get("error"):
+        message = f"{where}: not re-executed ({verdict['error']})"
+    elif verdict.get("exact"):
+        message = f"{where}: re-executed to the committed state exactly"
+    else:
+        message = (f"{where}: re-executed to {ratio:.3g} of the segment's own move away from the committed state "
+                   f"(tolerance {tolerance:g})" + ("" if ok else ": the committed work is not what the segment does"))
+    return spec_rules.check("audit.replay", tolerance, ratio, ok, message)
+
+
+def proof_checks(proof: dict[str, Any], states: dict[str, Path], root: Path, data: str | None, preset: str,
+                 precision: str, rules_version: str, seconds: dict[str, float]) -> dict[str, Any]:
+    """The committed work re-executed: every drawn segment of `proof` (`audit.replay`) and the best
+    checkpoint's accuracy (`audit.best`), from the uploaded `states` (digest -> file) and the bundle's
+    trials at `root`; their times into `seconds`."""
+    th = spec_rules.thresholds(rules_version)
+    tolerance = spec_rules.replay_tolerance(th, precision)
+    segments: dict[str, list[dict[str, Any]]] = {}
+    drawn = list(proof.get("segments") or [])
+    if drawn:
+        plan = {"preset": preset, "data": data, "device": settings.AIPERF_AUDIT_DEVICE, "tolerance": tolerance,
+                "segments": [{**seg, "trial_dir": str(root / "trials" / seg["trial"]),
+                              "start_file": str(states[seg["start"]]), "end_file": str(states[seg["end"]])}
+                             for seg in drawn]}
+        plan_file = root / "audit-plan.json"
+        plan_file.write_text(json.dumps(plan))
+        started = time.perf_counter()
+        out = _subprocess(["aiperf_runner.train.segment", "--plan", str(plan_file)])
+        verdicts = out.get("verdicts") or [{"passed": False, "error": out.get("error") or "no verdict"}] * len(drawn)
+        seconds["segments"] = round(time.perf_counter() - started, 3)
+        for seg, verdict in zip(drawn, verdicts, strict=False):
+            segments[f"{seg['trial']}/{seg['epoch']}/{seg['last']}"] = [replay_check(seg, verdict, tolerance)]
+        log.info("%d segments re-executed in %.1f s", len(drawn), seconds["segments"])
+    best: list[dict[str, Any]] = []
+    cp = proof.get("best")
+    if cp:
+        started = time.perf_counter()
+        verdict = evaluate(root / "trials" / cp["trial"], states[cp["sha256"]], data, preset)
+        claimed = float(cp["val_accuracy"])
+        measured = verdict.get("accuracy")
+        tol = spec_rules.audit_tolerance(claimed, int(verdict.get("images") or cp["images_evaluated"] or 1), th)
+        ok = measured is not None and abs(float(measured) - claimed) <= tol
+        where = f"trial {cp['trial']} epoch {cp['epoch']} (the run's best accuracy)"
+        best.append(spec_rules.check(
+            "audit.best", tol, None if measured is None else float(measured) - claimed, ok,
+            f"{where}: not re-evaluated ({verdict.get('error') or 'no accuracy'})" if measured is None else
+            f"{where}: re-evaluated accuracy {float(measured):.4f} on {verdict.get('images')} images of the preset's "
+            f"data, logged {claimed:.4f} (tolerance {tol:.4f})"))
+        seconds["best"] = round(time.perf_counter() - started, 3)
+    return {"segments": segments, "best": best, "drawn_from": proof.get("of"), "committed": proof.get("committed")}
+
+
 def run(submission_id: int, *, again: bool = False) -> str:
     """Audit a submission's challenged trials; the result's audit state afterwards. An audit already
     decided (passed or failed) is not run again unless `again` (`manage.py aiperf_audit`): the broker
@@ -160,7 +249,7 @@ def run(submission_id: int, *, again: bool = False) -> str:
     otherwise re-evaluate every trial, ahead of the audits queued after it."""
     sub = Submission.objects.get(pk=submission_id)
     result = Result.objects.filter(submission=sub).first()
-    if result is None or not sub.challenge:
+    if result is None or not (sub.challenge or sub.proof):
         return "nothing to audit"
     if result.audit in (A.PASSED, A.FAILED) and not again:
         log.info("submission %s: audit already %s (a repeated delivery); not run again", sub.pk, result.audit)
@@ -183,8 +272,12 @@ def run(submission_id: int, *, again: bool = False) -> str:
                                          result.rules_version)
             seconds[trial] = round(time.perf_counter() - started, 3)
             log.info("submission %s: audit of trial %s took %.1f s", sub.pk, trial, seconds[trial])
-    report = {"trials": trials, "seconds": seconds}
-    failed = [c for checks in trials.values() for c in checks if not c["passed"]]
+        states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
+        work = proof_checks(sub.proof or {}, states, root, data, result.preset, result.precision,
+                            result.rules_version, seconds)
+    report: dict[str, Any] = {"trials": trials, "seconds": seconds, **work}
+    failed = [c for checks in [*trials.values(), *work["segments"].values(), work["best"]] for c in checks
+              if not c["passed"]]
     if failed:
         reasons: list[Reason] = [{"check": c["name"], "message": c["message"]} for c in failed]
         _set(result, A.FAILED, report)

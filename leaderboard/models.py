@@ -243,6 +243,10 @@ class Submission(models.Model):
     verified_at = models.DateTimeField(null=True, blank=True)
     # The service's challenge (proof of training): the trials whose kept weights it asked for.
     challenge = models.JSONField(default=list, blank=True, help_text="trial ids whose weights the audit re-evaluates")
+    # The work re-executed (spec/proof.py): {"segments": [...], "best": {...}}, drawn with the challenge.
+    proof = models.JSONField(default=dict, blank=True,
+                             help_text="the committed segments the audit re-executes and the best checkpoint it "
+                                       "re-evaluates")
     challenged_at = models.DateTimeField(null=True, blank=True)
     # The conditional claim that makes verification safe to re-run (leaderboard/pipeline.py).
     claim_token = models.CharField(max_length=32, blank=True, default="")
@@ -258,6 +262,17 @@ class Submission(models.Model):
 
     def __str__(self) -> str:
         return f"submission {self.pk} ({self.status})"
+
+    def states_wanted(self) -> dict[str, str]:
+        """The committed states the audit asks for: digest -> the trial whose states/ holds it."""
+        proof = self.proof or {}
+        wanted = {}
+        for seg in proof.get("segments") or []:
+            wanted[seg["start"]] = wanted[seg["end"]] = seg["trial"]
+        best = proof.get("best")
+        if best:
+            wanted[best["sha256"]] = best["trial"]
+        return wanted
 
 
 class ResultQuerySet(models.QuerySet["Result"]):
@@ -380,6 +395,19 @@ class Evidence(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["submission", "trial"], name="one_evidence_per_trial")]
+
+
+class StateEvidence(models.Model):
+    """A committed training state the audit asked for (a segment's start or end, the best checkpoint)."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="states")
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    file = models.FileField(upload_to="evidence/", max_length=300)
+    uploaded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["submission", "sha256"], name="one_state_per_digest")]
 
 
 class EpochFingerprint(models.Model):

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import random
 import secrets
+import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any
 
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks
+from aiperf_runner.spec import proof as spec_proof
 from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
@@ -205,9 +207,11 @@ def _verify(sub: Submission) -> dict[str, Any]:
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
             trials = _trials(verified.replay, verified.run_dir, report["rules"])
+            drawn = proof_of(report, verified.run_dir)
     except Rejected as exc:
         raise exc.within("integrity") from None  # a bundle check of the upload, made again here
-    return {"report": report, "run": run_json, "trials": trials, "manifest": manifest, "system": system}
+    return {"report": report, "run": run_json, "trials": trials, "manifest": manifest, "system": system,
+            "proof": drawn}
 
 
 def rules_version() -> str:
@@ -249,6 +253,30 @@ def challenge_of(report: dict[str, Any]) -> list[str]:
     return sorted(([best] if best in kept else []) + picked)
 
 
+def proof_of(report: dict[str, Any], run_dir: RunDir) -> dict[str, Any]:
+    """The work the audit re-executes (spec/proof.py): the rules' `audit_segments` of the committed segments
+    the beacons kept, drawn with the service's own randomness, weighted by the work the log claims for them,
+    and the checkpoint of the run's best accuracy. {} for a run that is not witnessed or commits nothing
+    (never official)."""
+    passed = {c["name"] for c in report["checks"] if c["passed"]}
+    committed = any(c["name"] == "audit.commitments" and c["passed"] and c["threshold"] is not None
+                    for c in report["checks"])
+    if "witness.token" not in passed or not committed:
+        return {}
+    th = spec_rules.thresholds(report["rules_version"])
+    preset = run_dir.run.get("preset")
+    claimed = spec_proof.claimed((event.data for event in run_dir.events()), spec_proof.keep_share(th, preset))
+    flops = {}
+    for trial in {s.trial for s in claimed.kept}:
+        try:
+            flops[trial] = float(run_dir.trial_flops(trial, report["rules"]).train)
+        except RunIOError:
+            flops[trial] = 0.0
+    picked = spec_proof.pick(claimed.kept, int(th["audit_segments"]), secrets.randbits(64), flops=flops)
+    return {"segments": [s.as_dict() for s in picked], "best": claimed.best.as_dict() if claimed.best else None,
+            "of": len(claimed.kept), "committed": len(claimed.segments)}
+
+
 def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude: int | None) -> str:
     """Why an official result must wait for a list maintainer ('' when it need not)."""
     eff = result_values.get("efficiency")
@@ -260,6 +288,14 @@ def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude
     others = Result.objects.live().filter(division="official", system__accelerator_model=accelerator_model)
     if exclude is not None:
         others = others.exclude(pk=exclude)
+    if "review_efficiency_vs_median" in th:  # rules 3.0: the model's measured efficiencies
+        measured = [e for e in others.values_list("efficiency", flat=True) if e is not None]
+        if len(measured) < th["review_min_measured"]:
+            return ""
+        median = statistics.median(measured)
+        factor = th["review_efficiency_vs_median"]
+        return (f"efficiency {eff:.1%} is more than {factor}x the median of the {len(measured)} official results "
+                f"on {accelerator_model} ({median:.1%})") if eff > factor * median else ""
     best = others.aggregate(best=Max("efficiency"))["best"]
     if best and eff > th["review_efficiency_vs_best"] * best:
         return (f"efficiency {eff:.1%} is more than {th['review_efficiency_vs_best']}x the best official result on "
@@ -375,8 +411,10 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
             values |= {"review": Result.Review.PENDING if why else Result.Review.NONE, "review_reason": why}
         if existing is None or existing.audit == Result.Audit.NONE:
             current.challenge = challenge_of(report)
-            current.challenged_at = now if current.challenge else None
-            values["audit"] = Result.Audit.PENDING if current.challenge else Result.Audit.NONE
+            current.proof = stored.get("proof") or {}
+            asked = bool(current.challenge or current.proof)
+            current.challenged_at = now if asked else None
+            values["audit"] = Result.Audit.PENDING if asked else Result.Audit.NONE
         result, _ = Result.objects.update_or_create(submission=current, defaults=values)
         EpochFingerprint.objects.filter(submission=current).delete()
         try:
@@ -397,7 +435,7 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.claimed_at = None
         current.error = ""
         current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at",
-                                    "challenge", "challenged_at", "error"])
+                                    "challenge", "proof", "challenged_at", "error"])
         ranking.rerank()
         translog.record(result, "reverified" if existing is not None else "accepted")
 

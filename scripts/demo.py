@@ -8,7 +8,8 @@
 2. A witnessed smoke run: `aiperf-runner run --preset smoke --slots 2 --duration 2m --system "AIPerf demo"`
    (a run token from the service, heartbeats, the service's receipts in the log).
 3. `aiperf-runner submit`: signed, uploaded, verified by the service; the weights of the trials the
-   service challenges uploaded and re-evaluated (the audit); the result's URL printed.
+   service challenges uploaded and re-evaluated, the committed states it asks for uploaded and their
+   segments re-executed (the audit); the result's URL printed.
 
 The server keeps running afterwards so the URL can be opened; the script prints how to stop it.
 Running `make demo` again reuses the server, the site and the key, and adds a new run.
@@ -194,6 +195,9 @@ def main() -> None:
     if result.get("challenge"):
         print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
               f"{', '.join(result['challenge'])} re-evaluated by the service)")
+    if result.get("states"):
+        print(f"work:        {len(result['states'])} committed training states uploaded; the service re-executed "
+              "the segments it drew from them (the result page says how each ended)")
     if result.get("url"):
         print(f"result:      {result['url']}")
     print(f"ranked list: {url}/")

@@ -299,12 +299,17 @@ class SubmissionSerializer(serializers.ModelSerializer):
     evidence = serializers.SerializerMethodField(help_text="challenged trials whose weights the service holds")
     audit_note = serializers.SerializerMethodField(help_text="why a pending audit waits, when the service knows "
                                                              "(e.g. it has no validation data for the preset)")
+    states = serializers.SerializerMethodField(help_text="the committed training states the audit asks for "
+                                                         "(segments it re-executes, the best checkpoint): "
+                                                         "[{trial, sha256}]")
+    states_received = serializers.SerializerMethodField(help_text="digests of the asked-for states the service holds")
 
     class Meta:
         model = Submission
         fields = ["id", "status", "site", "run_id", "sha256", "size", "created_at", "verified_at", "reasons",
                   "error", "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
-                  "challenge", "challenged_at", "evidence", "audit", "audit_note", "rehearsal"]
+                  "challenge", "challenged_at", "evidence", "states", "states_received", "audit", "audit_note",
+                  "rehearsal"]
         read_only_fields = ["challenge", "challenged_at", "rehearsal"]
 
     def get_audit(self, sub) -> str | None:
@@ -317,6 +322,12 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     def get_evidence(self, sub) -> list[str]:
         return sorted(sub.evidence.values_list("trial", flat=True))
+
+    def get_states(self, sub) -> list[dict[str, str]]:
+        return [{"trial": trial, "sha256": sha} for sha, trial in sorted(sub.states_wanted().items())]
+
+    def get_states_received(self, sub) -> list[str]:
+        return sorted(sub.states.values_list("sha256", flat=True))
 
     @staticmethod
     def _result(sub) -> Result | None:

@@ -306,15 +306,29 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
     def evidence(self, request, pk=None):
         """Upload a challenged trial's weights (the site that submitted it); the audit starts once all are in."""
+        return self._answer(request, "weights", "trial", audit.receive_evidence)
+
+    @extend_schema(request=inline_serializer("StateUpload", {
+        "sha256": serializers.CharField(help_text="a committed state the audit asked for (the submission's `states`)"),
+        "state": serializers.FileField(help_text="its trials/<id>/states/<sha256>.safetensors")}),
+        responses={201: s.SubmissionSerializer, 400: CheckError, 403: CheckError, 404: CheckError, 413: CheckError})
+    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
+    def states(self, request, pk=None):
+        """Upload a committed training state the audit re-executes from or to (the site that submitted it)."""
+        return self._answer(request, "state", "sha256", audit.receive_state)
+
+    def _answer(self, request, file_field: str, name_field: str, receive: Any) -> Response:
+        """One upload answering the challenge: `receive(submission, name, upload)`; the audit is queued once
+        everything asked for is in."""
         sub = self.get_object()
         if sub.site_id != getattr(request.auth, "pk", None):
             raise PermissionDenied("only the site that submitted it may answer its challenge")
-        upload = request.data.get("weights") if hasattr(request.data, "get") else None
+        upload = request.data.get(file_field) if hasattr(request.data, "get") else None
         if upload is None or not hasattr(upload, "chunks"):
-            return Response({"detail": "send the weights as the multipart file field 'weights', and 'trial'",
-                             "check": "request"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response({"detail": f"send the {file_field} as the multipart file field '{file_field}', and "
+                                       f"'{name_field}'", "check": "request"}, status=status.HTTP_400_BAD_REQUEST)
         try:
-            audit.receive_evidence(sub, str(request.data.get("trial", "")), upload)
+            receive(sub, str(request.data.get(name_field, "")), upload)
         except Rejected as exc:
             return self._refused(exc)
         if audit.complete(sub):

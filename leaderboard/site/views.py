@@ -272,6 +272,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
             ("FLOP rules", r.rules + ("" if r.rules == "v2" else " (listed apart from v2 results)")),
             ("Hardware judged by", (report.get("system") or {}).get("describe") or "–"),
             ("Audit of the weights", _audit_text(r)),
+            ("Audit of the work", _work_text(r)),
             ("Review", (r.get_review_display() + (f": {r.review_reason}" if r.review_reason else "")
                         + (f" ({r.reviewed_by}, {fmt.date(r.reviewed_at)})" if r.reviewed_at else ""))
              if r.review else "not needed"),
@@ -308,6 +309,22 @@ def _audit_text(r: Result) -> str:
                      + (f" ({accuracy['message'].split(': ', 1)[-1]})" if accuracy else ""))
     if (r.audit_report or {}).get("message"):
         parts.append(r.audit_report["message"])
+    return "; ".join(parts)
+
+
+def _work_text(r: Result) -> str:
+    """The re-executed segments and the best checkpoint, as the result page says them."""
+    report = r.audit_report or {}
+    segments = report.get("segments")
+    if segments is None:
+        return "not asked for (rules before 3.0, or an unwitnessed run)" if r.audit != Result.Audit.PENDING \
+            else "waiting for the committed states"
+    checks = [c for cs in segments.values() for c in cs]
+    failed = [c for c in checks if not c["passed"]]
+    parts = [f"{len(checks) - len(failed)} of {len(checks)} segments re-executed to their committed state "
+             f"(drawn from {report.get('drawn_from')} kept of {report.get('committed')} committed)"]
+    parts += [c["message"] for c in failed]
+    parts += [c["message"] for c in report.get("best") or []]
     return "; ".join(parts)
 
 

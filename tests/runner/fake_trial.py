@@ -3,7 +3,7 @@
     python -m tests.runner.fake_trial TRIAL_DIR --attempt N [--nproc K]
 
 Each epoch sleeps $FAKE_EPOCH_S seconds (default 0.05) and appends an `epoch_end` line to
-TRIAL_DIR/events.jsonl; the accuracy rises with the epoch and depends on the architecture. Like the
+TRIAL_DIR/events.jsonl (after its stand-in `epoch_states`); the accuracy rises with the epoch and depends on the architecture. Like the
 real program it continues after the last epoch it logged (its "checkpoint") and ends with
 `trial_result` (with the digest of a stand-in weights file). Failures on demand, by trial and attempt ("t0002@1,t0005@*"):
 $FAKE_TRIAL_FAIL logs `trial_error` after the first epoch and exits 1; $FAKE_TRIAL_CRASH exits 9
@@ -28,6 +28,7 @@ from pathlib import Path
 from aiperf_runner.data.staging import StageError, node_name, stage_for_trial
 from aiperf_runner.rundir.privacy import run_masker
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
+from aiperf_runner.spec.proof import stand_in_states
 from aiperf_runner.spec.records import EpochEnd
 
 
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
             acc = accuracy(graph_bytes, epoch)
             best = max(best, acc)
             ended = time.time()
+            if cfg.get("commit_every_steps"):  # stand-ins: the fake trains nothing to commit
+                log.append("epoch_states", **stand_in_states(trial, attempt, epoch, 50, int(cfg["commit_every_steps"])))
             log.append("epoch_end", **EpochEnd(trial=trial, attempt=attempt, epoch=epoch, images_trained=50,
                                                images_evaluated=val_images, val_accuracy=acc,
                                                val_loss=round(2.0 - acc, 4), started_at=started, ended_at=ended,

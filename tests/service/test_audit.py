@@ -42,7 +42,7 @@ def trial(tmp_path_factory) -> dict[str, Any]:
     for duration in ("25s", "90s"):
         run = tmp_path_factory.mktemp("audit") / "run"
         out = subprocess.run([sys.executable, "-m", "aiperf_runner", "run", "--preset", "smoke", "--slots", "1",
-                              "--duration", duration, "--out", str(run), "--progress", "plain"],
+                              "--duration", duration, "--out", str(run), "--progress", "plain", "--keep-states"],
                              cwd=REPO, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         report = verify(run)
@@ -135,3 +135,68 @@ def test_weights_whose_digest_differs_fail_audit_weights(trial, tmp_path) -> Non
     checks = audit_checks(trial["dir"], path, trial["logged"])
     assert "audit.weights" in failed(checks)
     assert "not the logged one" in checks["audit.weights"]["message"]
+
+
+# ---- the committed work re-executed (rules 3.0) ---------------------------------------------------------------
+def _claimed(run: Path) -> Any:
+    from aiperf_runner.spec import proof
+    from aiperf_runner.spec.runio import RunDir
+
+    return proof.claimed(e.data for e in RunDir(run).events())
+
+
+def _states(run: Path) -> dict[str, Path]:
+    return {p.stem: p for p in run.glob("trials/*/states/*.safetensors")}
+
+
+def _proof_checks(trial: dict[str, Any], segments: list[Any], best: dict[str, Any] | None,
+                  states: dict[str, Path] | None = None) -> dict[str, Any]:
+    seconds: dict[str, float] = {}
+    work = audit.proof_checks({"segments": [s.as_dict() for s in segments], "best": best},
+                              states or _states(trial["run"]), trial["run"], None, "smoke", "fp32", "3.0", seconds)
+    assert set(seconds) == ({"segments"} if segments else set()) | ({"best"} if best else set())
+    return work
+
+
+def test_committed_segments_replay_and_the_best_checkpoint_reevaluates(trial) -> None:
+    from aiperf_runner.spec import proof
+
+    claimed = _claimed(trial["run"])
+    assert claimed.segments and claimed.best is not None
+    started = {e["trial"]: e["devices"] for e in map(json.loads, (trial["run"] / "events.jsonl").read_text().splitlines())
+               if e["type"] == "trial_started"}
+    assert all(s.world == started[s.trial] for s in claimed.segments)  # the ranks of the slot that trained it
+    picked = proof.pick(claimed.segments, 3, seed=1)
+    work = _proof_checks(trial, picked, claimed.best.as_dict())
+    replays = [c for checks in work["segments"].values() for c in checks]
+    assert [c["name"] for c in replays] == ["audit.replay"] * len(picked)
+    assert all(c["passed"] for c in replays), replays
+    # Exact where the audit runs as many threads as the trial did; within the tolerance where not.
+    assert all(c["measured"] is not None and c["measured"] <= c["threshold"] for c in replays), replays
+    [best] = work["best"]
+    assert best["name"] == "audit.best" and best["passed"], best
+    assert abs(best["measured"]) < 0.002 and "the run's best accuracy" in best["message"]
+
+
+def test_a_segment_that_did_not_do_its_work_fails_audit_replay(trial, tmp_path) -> None:
+    claimed = _claimed(trial["run"])
+    seg, other = claimed.segments[0], claimed.segments[-1]
+    # The end state the site committed is not what the segment's steps make from its start.
+    forged = type(seg)(**{**seg.as_dict(), "end": other.end})
+    [check] = _proof_checks(trial, [forged], None)["segments"][f"{seg.trial}/{seg.epoch}/{seg.last}"]
+    assert not check["passed"] and check["name"] == "audit.replay"
+    assert "the committed work is not what the segment does" in check["message"], check
+    # A state that is not even a state of this trial's graph.
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a state")
+    states = {**_states(trial["run"]), seg.start: junk}
+    [check] = _proof_checks(trial, [seg], None, states)["segments"][f"{seg.trial}/{seg.epoch}/{seg.last}"]
+    assert not check["passed"] and "not re-executed (start state: not a safetensors file" in check["message"], check
+
+
+def test_a_best_accuracy_logged_higher_than_its_checkpoint_fails_audit_best(trial) -> None:
+    claimed = _claimed(trial["run"])
+    assert claimed.best is not None
+    best = {**claimed.best.as_dict(), "val_accuracy": min(claimed.best.val_accuracy + 0.2, 1.0)}
+    [check] = _proof_checks(trial, [], best)["best"]
+    assert not check["passed"] and "re-evaluated accuracy" in check["message"], check

@@ -39,7 +39,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 H100 = "NVIDIA H100 80GB HBM3"
 AUDIT_DELAY_S = 6.0
-CI_RULES = {"2.0-ci": {"base": "2.0", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5}}
+# The audit re-executes 4 of the kept segments here (17 on the list): every audit of this module pays for them.
+CI_RULES = {"3.0-ci": {"base": "3.0", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5,
+                       "audit_segments": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def stack(tmp_path_factory):
     (work / "rules.json").write_text(json.dumps(CI_RULES))
     s = Stack(work)
     s.env.update({"AIPERF_WITNESS_KEY_FILE": str(work / "witness_key.pem"), "AIPERF_HEARTBEAT_INTERVAL_S": "5",
-                  "AIPERF_RULES_FILE": str(work / "rules.json"), "AIPERF_RULES_VERSION": "2.0-ci"})
+                  "AIPERF_RULES_FILE": str(work / "rules.json"), "AIPERF_RULES_VERSION": "3.0-ci"})
     try:
         s.start()
         s.manage("aiperf_witness_key", "create")
@@ -156,6 +158,17 @@ def test_submit_answers_the_challenge_and_the_audit_passes(stack, runs):
     assert set(audited) == set(sub["challenge"])
     assert all(c["passed"] for checks in audited.values() for c in checks), audited
     assert {c["name"] for c in audited[best]} == {"audit.weights", "audit.architecture", "audit.accuracy"}
+    # The committed work: the kept segments drawn and re-executed, the best checkpoint re-evaluated.
+    segments = result["audit_report"]["segments"]
+    assert len(segments) == min(4, result["audit_report"]["drawn_from"]) > 0, result["audit_report"]
+    assert all(c["name"] == "audit.replay" and c["passed"] for checks in segments.values() for c in checks)
+    assert [c["name"] for c in result["audit_report"]["best"]] == ["audit.best"]
+    assert result["audit_report"]["best"][0]["passed"]
+    assert sorted(sub["states_received"]) == sorted(w["sha256"] for w in sub["states"])
+    # Only the states a beacon kept (and the best epoch's end) stayed on disk.
+    on_disk_states = list((run / "trials").glob("*/states/*.safetensors"))
+    committed = sum(len(e["commits"]) + 1 for e in lines(run) if e["type"] == "epoch_states")
+    assert 0 < len(on_disk_states) < committed / 2, (len(on_disk_states), committed)
     on_disk = {p.parent.name for p in (run / "trials").glob("*/weights.safetensors")}
     assert on_disk == set(kept)  # the others were deleted as they were decided
     finished = [e for e in lines(run) if e["type"] == "trial_finished"]
@@ -211,6 +224,39 @@ def test_accuracies_raised_at_the_source_fail_the_audit(stack, tmp_path):
     assert "audit.accuracy" in reasons, sub["reasons"]
     assert "re-evaluated accuracy" in reasons["audit.accuracy"] and "logged" in reasons["audit.accuracy"]
     assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+
+
+def test_training_a_quarter_of_each_epoch_fails_the_re_execution(stack, tmp_path):
+    """The red team's second attack: a quarter of the batches trained, whole epochs claimed, every commitment
+    where the rules want it. Official and audited before rules 3.0; the re-executed segments catch it."""
+    site = Site(stack, "Skipping Lab")
+    run = tmp_path / "skipping"
+    finish(site.start_run(run, "40s", slots=1, seed=5, trial_module="tests.service.skipping_trial"))
+    sub = site.submit(run)
+    assert sub["status"] == "rejected", sub
+    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+    assert "audit.replay" in reasons, sub["reasons"]
+    assert "the committed work is not what the segment does" in reasons["audit.replay"]
+    assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+
+
+def test_a_run_that_computed_nothing_cannot_answer_its_challenge(stack, tmp_path):
+    """The red team's first attack: trials that sleep and claim epochs, commitments and weights that stand for
+    nothing. The log holds together; the states the audit asks for do not exist, so the audit never passes
+    and the result stays out of the official division until its challenge expires."""
+    site = Site(stack, "Idle Lab")
+    run = tmp_path / "idle"
+    finish(site.start_run(run, "35s", slots=1, seed=6, trial_module="tests.runner.fake_trial"))
+    sub = site.submit(run)
+    assert sub["status"] == "refused", sub
+    [reason] = sub["reasons"]
+    assert reason["check"] == "audit.state" and "committed state" in reason["message"], reason
+    r = httpx.get(f"{stack.url}/api/v1/submissions/", params={"run_id": lines(run)[0]["run_id"]},
+                  headers={"Authorization": f"Token {site.token}"}, timeout=30)
+    stored = r.json()["results"][0]
+    assert stored["audit"] == "pending" and stored["states"] and not stored["states_received"], stored
+    listed = stack.get("/api/v1/leaderboard/?division=official")["results"]
+    assert stored["result"] not in [r["id"] for r in listed]
 
 
 def test_kill_9_and_resume_continue_the_same_token(stack, runs):
@@ -517,7 +563,8 @@ def test_a_rehearsal_is_verified_for_its_site_only_and_never_ranked(stack, tmp_p
     assert refused["status"] == "refused" and refused["reasons"][0]["check"].endswith("rehearsal"), refused
     assert "cannot be submitted for the list" in refused["reasons"][0]["message"]
     sub = stack.submit(run, site.token, site.config, "--rehearsal")
-    assert sub["status"] == "verified" and sub["rehearsal"] and sub["url"] is None and sub["rank"] is None, sub
+    assert sub["status"] == "verified" and sub["rehearsal"] and sub["url"] is None and sub["rank"] is None, \
+        sub["reasons"]
     assert sub["challenge"] and sub["audit"] == "passed", sub  # the audit rehearsed too
     auth = {"Authorization": f"Token {site.token}"}
     mine = httpx.get(f"{stack.url}/api/v1/results/{sub['result']}/", headers=auth, timeout=30).json()

@@ -153,7 +153,7 @@ def test_the_trial_program_resumes_from_the_replay_of_its_own_log(tmp_path: Path
     assert _logged_state(log, "t0000") == (3, True)
     lines = log.read_bytes().splitlines(keepends=True)
     cut = tmp_path / "cut.jsonl"
-    cut.write_bytes(b"".join(lines[:2]))
+    cut.write_bytes(b"".join(lines[:4]))  # epoch_states and epoch_end of epochs 1 and 2
     assert _logged_state(cut, "t0000") == (2, False)
     assert _logged_state(tmp_path / "none.jsonl", "t0000") == (0, False)
 

@@ -32,7 +32,7 @@ def test_report_fields(run: Path) -> None:
     report = verify(run)
     assert set(report) == FIELDS == set(REPORT_FIELDS)
     json.dumps(report, allow_nan=False)  # plain JSON
-    assert report["rules"] == "v2" and report["rules_version"] == "2.0" and report["spec_version"] == "1"
+    assert report["rules"] == "v2" and report["rules_version"] == "3.0" and report["spec_version"] == "1"
     assert report["run_id"] == json.loads((run / "run.json").read_text())["run_id"]
     assert report["trials_finished"] == 12 and report["epochs"] == 60
     assert report["fingerprint"] is None

@@ -54,6 +54,8 @@ from aiperf_runner.rundir.config import TRIAL_MODULE
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.flops import flops_per_image
 from aiperf_runner.spec.graph import Graph
+from aiperf_runner.spec.proof import EVENT as EPOCH_STATES
+from aiperf_runner.spec.proof import stand_in_states
 from aiperf_runner.spec.records import EpochEnd
 
 SIM_ERROR = "simulated failure"
@@ -115,6 +117,7 @@ class SimAttempt(TrialHandle):
         self.writer: EventWriter | None = None
         self.epoch = 0  # last epoch written
         self.budget = 0
+        self.commit_every = 0  # trial.json's commit_every_steps (0: no epoch_states lines)
         self.fail_at: int | None = None
         self.epoch_s = 0.0
         self.arch_hash = ""
@@ -285,6 +288,7 @@ class SimBackend(Backend):
         counts = flops_per_image(Graph.from_json(json.loads(text)), trial.get("rules") or "v2")
         attempt.dataset = trial["dataset"]
         attempt.budget = int(trial["epoch_budget"])
+        attempt.commit_every = int(trial.get("commit_every_steps") or 0)
         # The accuracy's jitter needs a digest of the architecture, not its canonical hash (which
         # costs a millisecond a trial, already spent by the search and the score).
         attempt.arch_hash = hashlib.sha256(text).hexdigest()
@@ -320,6 +324,9 @@ class SimBackend(Backend):
             self._close(attempt, 1)
             return
         acc = accuracy(attempt.arch_hash, attempt.train_flops, epoch, attempt.budget)
+        if attempt.commit_every:  # stand-ins: a simulated trial has no state to commit (nor to re-execute)
+            writer.append(EPOCH_STATES, **stand_in_states(trial, number, epoch, int(attempt.dataset["train_images"]),
+                                                          attempt.commit_every))
         writer.append("epoch_end", **EpochEnd(trial=trial, attempt=number, epoch=epoch,
                                               images_trained=int(attempt.dataset["train_images"]),
                                               images_evaluated=int(attempt.dataset["val_images"]), val_accuracy=acc,

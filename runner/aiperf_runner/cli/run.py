@@ -111,6 +111,10 @@ def run(
     no_cpu_bind: bool = typer.Option(False, "--no-cpu-bind",
                                      help="Do not pin each training process and its data-loader workers to the "
                                           "cores of its GPU's NUMA node (CPU: an even share of the cores)."),
+    keep_states: bool = typer.Option(False, "--keep-states",
+                                     help="Keep every training state the trials commit (trials/*/states/), to "
+                                          "re-execute their segments yourself (python -m aiperf_runner.train."
+                                          "segment). A witnessed run keeps those its audit may ask for anyway."),
     progress: str = typer.Option("auto", "--progress", help="auto (live on a terminal), live, plain or none."),
     trial_module: str = typer.Option("aiperf_runner.train.trial", "--trial-module", hidden=True,
                                      help="Module run as the trial program (tests use a fake one)."),
@@ -138,7 +142,7 @@ def run(
                                system_name=system_name.strip(), interconnect=interconnect.strip(),
                                publish_hostnames=publish_hostnames, lr_scaling=lr_scaling,
                                lr_reference_batch=lr_reference_batch, lr_warmup_epochs=lr_warmup_epochs,
-                               cpu_bind=not no_cpu_bind, rehearsal=rehearsal)
+                               cpu_bind=not no_cpu_bind, rehearsal=rehearsal, keep_states=keep_states)
             controller = _create(config, run_dir, peak_flops, display, system, offline, server, token)
     with _stop_on_signals(controller):
         _announce(controller, resumed=resume is not None)

@@ -41,6 +41,8 @@ def _summary(sub: dict[str, Any]) -> dict[str, Any]:
         "verification_level": sub.get("verification_level"),
         "challenge": sub.get("challenge") or [],
         "evidence": sub.get("evidence") or [],
+        "states": sub.get("states") or [],
+        "states_received": sub.get("states_received") or [],
         "audit": sub.get("audit"),
         "audit_note": sub.get("audit_note") or "",
         "url": sub.get("url"),
@@ -155,6 +157,9 @@ def _print(d: dict[str, Any]) -> None:
         lines.append(f"audit:        {d.get('audit') or '-'} (challenged trials {', '.join(d['challenge'])})")
         if d.get("audit_note"):
             lines.append(f"              {d['audit_note']}")
+    if d.get("states"):
+        lines.append(f"work:         {len(d['states_received'])} of {len(d['states'])} committed states asked for "
+                     "uploaded (their segments re-executed by the audit)")
     if d["url"]:
         lines.append(f"result:       {d['url']}")
     for r in d["reasons"]:

@@ -21,6 +21,7 @@ from aiperf_runner.client import chunked
 from aiperf_runner.client.service import Failure, Service, client, detail, request
 from aiperf_runner.rundir.publish import write_public_logs
 from aiperf_runner.spec import bundle, keys
+from aiperf_runner.spec.proof import STATES
 from aiperf_runner.spec.retention import WEIGHTS
 
 if TYPE_CHECKING:
@@ -124,14 +125,21 @@ def submit_bundle(service: Service, path: Path, *, key_path: Path | None = None,
                 message, _ = detail(r)
                 raise Failure(f"cannot read submission {sub['id']} (HTTP {r.status_code}): {message}")
             sub = {**r.json(), "bundle": str(out)}
-        if wait and path.is_dir() and sub.get("challenge") and sub["status"] in ("verified", "published"):
+        if wait and path.is_dir() and asks(sub) and sub["status"] in ("verified", "published"):
             sub = {**answer_challenge(c, path, sub, say, deadline, retries, backoff), "bundle": str(out)}
     return sub
 
 
+def asks(sub: dict[str, Any]) -> bool:
+    """Whether the service's challenge asks for anything (weights, committed states)."""
+    return bool(sub.get("challenge") or sub.get("states"))
+
+
 def answer_challenge(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: Say, deadline: float,
                      retries: int = 5, backoff: float = 2.0) -> dict[str, Any]:
-    """Upload the weights of every challenged trial not uploaded yet, then wait for the audit."""
+    """Upload the weights of every challenged trial and every committed state asked for, not uploaded yet,
+    then wait for the audit."""
+    sub = _upload_states(c, run_dir, sub, say, retries, backoff)
     url = f"/api/v1/submissions/{sub['id']}/evidence/"
     for trial in sub["challenge"]:
         if trial in (sub.get("evidence") or []):
@@ -164,6 +172,34 @@ def answer_challenge(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: S
     return sub
 
 
+def _upload_states(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: Say, retries: int,
+                   backoff: float) -> dict[str, Any]:
+    """The committed training states the audit re-executes (trials/<id>/states/<sha256>.safetensors)."""
+    url = f"/api/v1/submissions/{sub['id']}/states/"
+    have = set(sub.get("states_received") or [])
+    wanted = [w for w in sub.get("states") or [] if w["sha256"] not in have]
+    if wanted:
+        size = sum((run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors").stat().st_size
+                   for w in wanted if (run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors").is_file())
+        say(f"uploading {len(wanted)} committed training states for the audit's re-execution ({size / 1e6:.1f} MB)")
+    for w in wanted:
+        path = run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors"
+        if not path.is_file():
+            raise Failure(f"the service asks for trial {w['trial']}'s committed state {w['sha256'][:16]}..., but "
+                          f"{path} is missing: committed states must stay until the audit", "audit.state")
+
+        def send(sha: str = w["sha256"], path: Path = path) -> httpx.Response:
+            with open(path, "rb") as fh:
+                return c.post(url, data={"sha256": sha}, files={"state": (path.name, fh, "application/octet-stream")})
+
+        resp = request(send, f"uploading state {w['sha256'][:12]}", retries, backoff, say)
+        if resp.status_code != 201:
+            message, check = detail(resp)
+            raise Failure(f"the service refused state {w['sha256'][:12]} (HTTP {resp.status_code}): {message}", check)
+        sub = resp.json()
+    return sub
+
+
 def answer_challenge_later(service: Service, run_dir: Path, timeout: float, say: Say) -> dict[str, Any]:
     """The run's submission once its challenge is answered: wait for the verification (the challenge follows
     it), upload the challenged trials' weights, wait for the audit. Raises OSError, ValueError or KeyError on a
@@ -181,6 +217,6 @@ def answer_challenge_later(service: Service, run_dir: Path, timeout: float, say:
             pause = min(pause * 1.5, 5.0)
             sub = request(partial(c.get, f"/api/v1/submissions/{sub['id']}/"), "checking the status", 3, 1.0,
                           say).json()
-        if sub.get("challenge") and sub["status"] in ("verified", "published"):
+        if asks(sub) and sub["status"] in ("verified", "published"):
             sub = answer_challenge(c, run_dir, sub, say, deadline)
     return sub

@@ -58,6 +58,7 @@ from aiperf_runner.run import startup
 from aiperf_runner.run.heartbeats import WitnessedLog, Witnessing, first_line_hash, token_interval
 from aiperf_runner.run.launches import Launches
 from aiperf_runner.run.state import INTERRUPTED, RunState, TrialState, read_run_json
+from aiperf_runner.run.statekeeper import StateKeeper
 from aiperf_runner.run.trialtail import TrialTail
 from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.rundir import checkpoints, privacy
@@ -65,7 +66,8 @@ from aiperf_runner.rundir.config import ControllerError, RunConfig
 from aiperf_runner.rundir.lock import lock, unlock
 from aiperf_runner.search.buffer import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
-from aiperf_runner.spec import SPEC_VERSION, keys
+from aiperf_runner.spec import SPEC_VERSION, keys, proof
+from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.eventlog import RESERVED, EventWriter, iter_events
 from aiperf_runner.spec.presetfacts import KERNEL_SIZE
 from aiperf_runner.spec.replay import Attempt
@@ -141,6 +143,9 @@ class Controller:
         self._slot_by_index = {slot.index: slot for slot in self.slots}
         self._synced_at = time.monotonic()
         self.tails: dict[str, TrialTail] = {}
+        self.states: StateKeeper | None = None  # a witnessed run's committed states (set with the weight keeper)
+        self.witnessed_run = False  # trials store their committed states only then (trial.json keep_states)
+        self._states_copied: dict[str, int] = {}  # trial -> the last epoch whose epoch_states line was copied
         self._stop_reason: str | None = None
         self.witnessing: Witnessing | None = None
         self.witnessed_log: WitnessedLog | None = None
@@ -195,6 +200,7 @@ class Controller:
         config = self.config
         self._start_proposers()
         self._prepare_backend()
+        self.witnessed_run = token is not None
         # The whole first wave is made before the clock starts: its candidates, their
         # hyper-parameters and their trial directories, so that after run_started only the log
         # lines and the launches remain; and the buffer is full again before the clock, so the
@@ -211,6 +217,8 @@ class Controller:
                                               float(token["heartbeat_interval_s"]), keys.load_private_key(),
                                               self._synced_head()))
         self.keeper = WeightKeeper(self.run_dir, self.state, self._log, keep_share(config.preset), token is not None)
+        if token is not None and not config.keep_states:
+            self.states = StateKeeper(self.run_dir, proof.keep_share(spec_rules.thresholds(), config.preset))
 
     @classmethod
     def resume(cls, run_dir: str | Path, *, progress: Any = None,
@@ -256,6 +264,10 @@ class Controller:
         self._log("run_resumed", run_id=run_json["run_id"])
         self.keeper = WeightKeeper(run_dir, state, self._log, keep_share(config.preset), state.token is not None,
                                    beacons=retention.beacon_of)
+        self.witnessed_run = state.token is not None
+        if self.witnessed_run and not config.keep_states:
+            self.states = StateKeeper(run_dir, proof.keep_share(spec_rules.thresholds(), config.preset))
+            self.states.replay(e.data for e in iter_events(run_dir / "events.jsonl"))
         if state.token is not None and service is not None:  # the same token, receipts continue
             self._start_witnessing(Witnessing(service, run_json["run_id"], token_interval(dict(state.token)),
                                               keys.load_private_key(), first_line_hash(run_dir / "events.jsonl")))
@@ -546,6 +558,8 @@ class Controller:
             "early_stopping_patience": self.config.early_stopping_patience,
             "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
             "lr_scaling": self.config.lr_settings(), "cpu_bind": self.config.cpu_bind,
+            "commit_every_steps": proof.every_steps(spec_rules.thresholds(), self.config.preset),
+            "keep_states": self.witnessed_run or self.config.keep_states,
         })
         # The live score counts this trial's epochs with the FLOPs the buffer counted on its side
         # (the graph file need not be read back, parsed and hashed on the controller's loop).
@@ -609,6 +623,9 @@ class Controller:
 
     def _copy_epochs(self, tr: TrialState, tail: TrialTail) -> None:
         for line in tail.read():
+            if line.get("type") == proof.EVENT and line.get("trial") == tr.trial:
+                self._copy_states(tr, line)
+                continue
             if line.get("type") != "epoch_end" or line.get("trial") != tr.trial:
                 continue
             epoch = line.get("epoch")
@@ -616,6 +633,15 @@ class Controller:
             if not isinstance(epoch, int) or epoch <= tr.last_epoch:
                 continue
             self._log("epoch_end", **{k: v for k, v in line.items() if k not in RESERVED})
+
+    def _copy_states(self, tr: TrialState, line: Mapping[str, Any]) -> None:
+        """An epoch's commitments, into the witnessed log before its epoch_end; once (a retry that logs
+        them again from its checkpoint adds nothing)."""
+        epoch = line.get("epoch")
+        if not isinstance(epoch, int) or epoch <= tr.last_epoch or epoch <= self._states_copied.get(tr.trial, 0):
+            return
+        self._states_copied[tr.trial] = epoch
+        self._log(proof.EVENT, **{k: v for k, v in line.items() if k not in RESERVED})
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         cancel_reason = "duration" if reason == "duration" else "stop"
@@ -679,6 +705,8 @@ class Controller:
         # Masked as written, so that the signature and the hash chain cover what is published.
         event = self.writer.append(kind, **privacy.mask_event(self.masker, self.run_dir, kind, fields))
         self.state.apply(event)  # the live score listens to the state
+        if self.states is not None:
+            self.states.take(event)
         return event
 
     def _say(self, message: str) -> None:

@@ -47,6 +47,7 @@ class RunConfig:
     lr_warmup_epochs: float | None = None
     cpu_bind: bool = True  # pin each rank and its data-loader workers to its cores (util/cpubind.py)
     rehearsal: bool = False  # run --rehearsal: on a rehearsal token (never ranked; submit --rehearsal)
+    keep_states: bool = False  # run --keep-states: store every committed state, witnessed or not
 
     def lr_settings(self) -> dict[str, Any]:
         """trial.json's `lr_scaling` object."""

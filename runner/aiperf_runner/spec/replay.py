@@ -429,6 +429,9 @@ class Replay:
         tr = self.trials.get(ev["trial"]) or self._unproposed(ev["trial"])
         tr.errors[int(ev["attempt"])] = str(ev["error"])
 
+    def _epoch_states(self, ev: Mapping[str, Any], t: float, line: int) -> None:
+        """An epoch's commitments: nothing of the run's story; spec/proof.py's CommitmentAudit listens for them."""
+
 
 HANDLERS: dict[str, Handler] = {
     "run_started": Replay._run_started,
@@ -446,6 +449,7 @@ HANDLERS: dict[str, Handler] = {
     "weights_dropped": Replay._weights,
     "trial_result": Replay._trial_result,
     "trial_error": Replay._trial_error,
+    "epoch_states": Replay._epoch_states,
 }
 """Every event type but `epoch_end` (Replay.epoch); tests check it covers spec/schema.py's EVENTS."""
 

@@ -69,6 +69,18 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
               "(list of names)"),
         nonneg("devices")), "an attempt of a trial started on a slot"),
     EventType("epoch_end", (MAIN, TRIAL), records.checks(records.EpochEnd), "one epoch trained and evaluated"),
+    EventType("epoch_states", (MAIN, TRIAL), (
+        trial_field(), attempt_field(), pos("epoch", "(from 1)"), pos("steps", "(the epoch's optimizer steps)"),
+        nonneg("images_trained", "(as the epoch's epoch_end)"),
+        hex_field("start", 64, "(SHA-256 of the training state the epoch started from)"),
+        Field("commits", "isinstance(v, list) and len(v) > 0 and all(isinstance(c, list) and len(c) == 2 and "
+                         "type(c[0]) is int and c[0] > 0 and type(c[1]) is str and len(c[1]) == 64 and "
+                         "HEX.fullmatch(c[1]) is not None for c in v)",
+              "a non-empty list of [step, 64 hex chars]",
+              "(list of `[step, sha256]`: the state after that step, the last at `steps`)"),
+        Field("threads", "type(v) is int and v >= 1", "an integer >= 1",
+              "(rank 0's intra-op threads: a replay with as many is exact on the same CPU; optional)", required=False)),
+        "an epoch's training-state commitments, logged just before its epoch_end (spec/proof.py)"),
     EventType("trial_finished", (MAIN,), (
         trial_field(), attempt_field(), nonneg("epochs"), accuracy("best_accuracy"),
         Field("reason", enum("trial_finished.reason"), "budget or early_stop", "(`budget`/`early_stop`)"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import SPEC_VERSION, hardware
+from . import SPEC_VERSION, hardware, proof
 from . import rules as R
 from .bound import bound_findings
 from .eventlog import LogError
@@ -25,6 +25,7 @@ from .fastfold import Fold
 from .fingerprint import EpochFingerprints
 from .hardware import efficiency, run_peak  # noqa: F401 - re-exported: the service imports them from here
 from .procpool import SharedPool
+from .proof import CommitmentAudit
 from .replay import Replay
 from .retention import RetentionAudit
 from .retention import share as retention_share
@@ -198,6 +199,7 @@ class _Folded:
     seen: hardware.SeenAccelerators
     witness: WitnessAudit
     retention: RetentionAudit
+    commitments: CommitmentAudit
     graph_errors: R.Findings
     last_line: int
     chain_error: str | None
@@ -260,11 +262,12 @@ def _fold(run: Mapping[str, Any], run_dir: RunDir, rules: str, th: Mapping[str, 
     replay.listen(seen)
     witness = WitnessAudit(replay, witness_keys or {})
     retention = RetentionAudit(replay, retention_share(th, run.get("preset")))
+    commitments = CommitmentAudit(replay, proof.every_steps(th, run.get("preset")))
     fold = flops.fold = Fold(audit, acc, fingerprints, seen, witness, flops.peek)
     chain_error = _fold_log(run_dir, fold, workers, shared)
     audit.finish()
-    return _Folded(replay, acc, audit, fingerprints, seen, witness, retention, flops.errors, fold.line, chain_error,
-                   acc.series())
+    return _Folded(replay, acc, audit, fingerprints, seen, witness, retention, commitments, flops.errors, fold.line,
+                   chain_error, acc.series())
 
 
 def _fold_log(run_dir: RunDir, fold: Fold, workers: int | None, shared: SharedPool) -> str | None:
@@ -351,7 +354,8 @@ def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
     timeline = R.check_witness_timeline(
         witness.timeline_problems(f.acc.t0, f.acc.end, issued_at, th["witness_tolerance_s"],
                                   th["witness_duration_relative"]), checked, th)
-    return [token, receipts, coverage, retention, timeline]
+    commitments = R.check_commitments(f.commitments.problems(), f.commitments.every, len(f.commitments.segments()))
+    return [token, receipts, coverage, retention, commitments, timeline]
 
 
 def _fill_report(report: dict[str, Any], checks: list[dict[str, Any]], f: _Folded, hw: hardware.Hardware,

@@ -43,6 +43,8 @@ class TrialConfig:
     channels_last: bool | None = None  # None: on (faster on CUDA and, with oneDNN, on CPU too)
     lr_scaling: dict[str, Any] | None = None  # {rule, reference_batch, warmup_epochs}: lrscale.py; None: unscaled
     cpu_bind: bool = True  # pin ranks and data-loader workers to their cores (util/cpubind.py)
+    commit_every_steps: int | None = None  # commit the training state this often (spec/proof.py); None: never
+    keep_states: bool = True  # store the committed states (a witnessed run's audit may ask for them)
     hparams: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -91,6 +93,8 @@ class TrialConfig:
             channels_last=trial.get("channels_last"),
             lr_scaling=trial.get("lr_scaling"),
             cpu_bind=bool(trial.get("cpu_bind", True)),
+            commit_every_steps=int(trial["commit_every_steps"]) if trial.get("commit_every_steps") else None,
+            keep_states=bool(trial.get("keep_states", True)),
             hparams=hp,
         )
         if cfg.epoch_budget < 0 or cfg.batch_size < 1 or cfg.lr <= 0:

@@ -253,8 +253,8 @@ class CropFlip:
     """Random crop with zero padding and random horizontal flip of a uint8 batch (N, C, H, W).
 
     The torchvision recipe (`RandomCrop(size, padding)`, `RandomHorizontalFlip()`) done for a whole
-    batch in one gather on the batch's device, with torch's global generator (which the trial seeds
-    per epoch and rank)."""
+    batch in one gather on the batch's device, with torch's global (host) generator, which the trial
+    seeds per rank at the start of every segment (spec/proof.py)."""
 
     def __init__(self, padding: int) -> None:
         self.padding = int(padding)
@@ -264,9 +264,11 @@ class CropFlip:
         p = self.padding
         device = images.device
         padded = F.pad(images, (p, p, p, p)) if p else images
-        dy = torch.randint(0, 2 * p + 1, (n, 1), device=device)
-        dx = torch.randint(0, 2 * p + 1, (n, 1), device=device)
-        flip = torch.rand(n, 1, device=device) < 0.5
+        # Drawn on the host whatever the device: the same numbers from the same seed on a GPU and on the
+        # CPU that re-executes a segment (spec/proof.py); a few bytes copied per batch.
+        dy = torch.randint(0, 2 * p + 1, (n, 1)).to(device, non_blocking=True)
+        dx = torch.randint(0, 2 * p + 1, (n, 1)).to(device, non_blocking=True)
+        flip = (torch.rand(n, 1) < 0.5).to(device, non_blocking=True)
         cols = torch.arange(w, device=device)
         rows = dy + torch.arange(h, device=device)  # (n, h)
         cols = dx + torch.where(flip, w - 1 - cols, cols)  # (n, w)

@@ -3,6 +3,7 @@
     python -m aiperf_runner.train.reevaluate TRIAL_DIR WEIGHTS [--data DIR] [--device cpu|cuda] [--preset NAME]
 
 TRIAL_DIR holds the trial's files from the bundle (`graph.json`, `hparams.json`, `trial.json`).
+WEIGHTS is its final weights or a committed training state (train/trainstate.py: its model's tensors count).
 The weights are loaded as safetensors (never a pickle) into the module `train/builder.py` builds
 from the graph, with `strict=True`: every parameter's name and shape must match, so the graph that
 was charged is the graph that was trained. The accuracy is measured on the preset's validation
@@ -47,6 +48,8 @@ def audit_trial(trial_dir: Path, weights: Path, data: str | None, device_name: s
     except ValueError as exc:
         out["error"] = f"weights: {exc}"
         return out
+    if state and all(k.startswith(("model/", "momentum/")) for k in state):  # a committed state (trainstate.py)
+        state = {k[len("model/"):]: v for k, v in state.items() if k.startswith("model/")}
     model = build_module(graph, num_classes=spec.num_classes, dropout=float(hparams.get("dropout") or 0.0))
     try:
         model.load_state_dict(state, strict=True)

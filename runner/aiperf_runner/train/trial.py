@@ -57,6 +57,7 @@ from .distenv import DistEnv, cpu_budget, detect_dist_env, free_port, listening_
 from .lrscale import CosineSchedule, LrScaling
 from .parallel import all_sum, broadcast_int, data_parallel, init_process_group, sync_buffers
 from .precision import Precision, setup_precision
+from .trainstate import Committer
 from .weights import WEIGHTS, save_weights
 
 EVENTS = "events.jsonl"
@@ -94,13 +95,18 @@ class EpochTotals:
 
 def train_one_epoch(model: nn.Module, criterion: nn.Module, optimizer: torch.optim.Optimizer,
                     data: TrialData, precision: Precision, scaler: torch.amp.GradScaler,
-                    schedule: CosineSchedule, epoch: int, device: torch.device) -> EpochTotals:
+                    schedule: CosineSchedule, epoch: int, device: torch.device,
+                    committer: Committer | None = None) -> EpochTotals:
+    """`committer`: commits the state every so many steps and seeds each segment's random numbers
+    (trainstate.py); the audit's replay (segment.py) calls this same loop for a segment's steps."""
     model.train()
     data.train.set_epoch(epoch)
     normalize: Normalizer = data.normalizer
     steps = len(data.train)
     loss_sum = torch.zeros((), dtype=torch.float32, device=device)
     samples = 0
+    if committer is not None:
+        committer.begin_epoch(epoch, steps)  # before the first batch is drawn: its augmentation is the segment's
     for step, (images, labels) in enumerate(data.train):
         schedule.set(epoch - 1 + step / steps)
         images = normalize(images)
@@ -115,6 +121,8 @@ def train_one_epoch(model: nn.Module, criterion: nn.Module, optimizer: torch.opt
         n = labels.shape[0]
         loss_sum.add_(loss.detach().float(), alpha=n)
         samples += n
+        if committer is not None:
+            committer.after_step(step + 1)
     return EpochTotals(samples, loss_sum)
 
 
@@ -254,7 +262,8 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
     # channels_last: tensor cores on CUDA; on CPU oneDNN's convolutions run 20-35 % faster with it
     # (small ResNets, one thread; bench/harness_overhead.py --preset fashion-mnist prints both).
     channels_last = cfg.channels_last if cfg.channels_last is not None else True
-    model, scaling, run, progress = _build(cfg, attempt, denv, device, precision, channels_last, cpus, ckpt, log)
+    model, scaling, run, progress = _build(cfg, attempt, denv, device, precision, channels_last, cpus, ckpt, log,
+                                           trial_dir)
     log(f"trial {cfg.trial} attempt {attempt}: {cfg.epoch_budget} epochs, {denv.world_size} process(es) on "
         f"{device.type}, {cfg.precision}, batch {cfg.batch_size}/device ({scaling.global_batch} global), lr "
         f"{scaling.peak_lr:g} ({scaling.rule} scaling of {cfg.lr:g}, warm-up {scaling.warmup_epochs:g} epochs), "
@@ -273,13 +282,16 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
                           ended_at=m.ended_at, seconds=m.seconds, accelerators=accelerators or None,
                           lr_scaling=lr_record or None).as_event()
         accelerators = lr_record = None
+        states = run.committer.record(cfg.trial, attempt, m.images_trained) if run.committer and is_main else None
         if is_main:
             save_checkpoint(trial_dir / CHECKPOINT, {
                 "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
                 "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
                 "scaler": run.scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
-                "world_size": denv.world_size})
+                "states_record": states, "world_size": denv.world_size})
             assert writer is not None
+            if states is not None:
+                writer.append("epoch_states", **states)
             writer.append("epoch_end", **record)
         log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {m.train_loss:.4f}, val loss {m.val_loss:.4f}, "
             f"val acc {m.accuracy:.4f}, {m.images_trained} trained / {m.images_evaluated} evaluated in "
@@ -325,6 +337,8 @@ def _resume_status(cfg: TrialConfig, trial_dir: Path, ckpt: dict[str, Any] | Non
     if ckpt and done > logged and done == logged + 1:
         # Crashed between saving the checkpoint and logging its epoch: log it now, once.
         assert writer is not None
+        if ckpt.get("states_record"):
+            writer.append("epoch_states", **ckpt["states_record"])
         writer.append("epoch_end", **EpochEnd(**ckpt["epoch_record"]).as_event())
     elif ckpt and done > logged + 1:
         return _INCONSISTENT
@@ -360,11 +374,12 @@ class _Run:
     schedule: CosineSchedule
     precision: Precision
     data: TrialData
+    committer: Committer | None = None  # None where trial.json asks for no commitments
 
 
 def _build(cfg: TrialConfig, attempt: int, denv: DistEnv, device: torch.device, precision: Precision,
            channels_last: bool, cpus: list[int] | None, ckpt: dict[str, Any] | None,
-           log: Any) -> tuple[nn.Module, LrScaling, _Run, Progress]:
+           log: Any, trial_dir: Path) -> tuple[nn.Module, LrScaling, _Run, Progress]:
     """The model (the checkpoint's, if any: `ckpt` is emptied once restored), its optimizer, learning rate
     and data."""
     _seed_everything(cfg.seed)  # identical initial weights on every rank
@@ -397,7 +412,10 @@ def _build(cfg: TrialConfig, attempt: int, denv: DistEnv, device: torch.device, 
                       device=device, shuffle_seed=cfg.seed, local_world_size=denv.local_world_size,
                       channels_last=channels_last, worker_init_fn=worker_init(cpus or ()),
                       workers=default_workers(1) if cpus else None)  # the rank's own share of CPUs
-    return model, scaling, _Run(ddp_model, criterion, optimizer, scaler, schedule, precision, data), progress
+    committer = (Committer(trial_dir, model, optimizer, scaler, cfg.seed, denv.rank, cfg.commit_every_steps,
+                           denv.rank == 0, cfg.keep_states) if cfg.commit_every_steps else None)
+    return model, scaling, _Run(ddp_model, criterion, optimizer, scaler, schedule, precision, data,
+                                committer), progress
 
 
 @dataclass
@@ -419,7 +437,7 @@ def _train_and_evaluate(run: _Run, model: nn.Module, epoch: int, denv: DistEnv, 
     started_at = time.time()
     t0 = time.perf_counter()
     totals = train_one_epoch(run.ddp_model, run.criterion, run.optimizer, run.data, run.precision, run.scaler,
-                             run.schedule, epoch, device)
+                             run.schedule, epoch, device, run.committer)
     train_sums = all_sum(torch.stack([totals.loss_sum.double(),
                                        torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
                          denv)

@@ -1,0 +1,84 @@
+"""The controller's side of the states rule (spec/proof.py `Retention`): keep the committed training
+states the service's audit may ask for, delete the others as they are decided.
+
+A witnessed run's trials store every state they commit (trials/<id>/states/<sha256>.safetensors). The
+receipt after an epoch's `epoch_states` line decides its segments: the beacon keeps a share of them,
+whose start and end states stay until the audit; so does the end of the run's best epoch so far. Every
+other state of a decided line is deleted, except the last one of a trial still training (the start of
+its next epoch, undecided yet). Disk stays at a few per cent of what the trials commit. An unwitnessed
+run is never audited: its trials store no states at all (trial.json `keep_states`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiperf_runner.spec.proof import EVENT, STATES, Retention
+
+
+class StateKeeper:
+    def __init__(self, run_dir: Path, share: float) -> None:
+        self.run_dir = Path(run_dir)
+        self.fold = Retention(share)
+        self.finished: set[str] = set()
+        self.last_line: dict[str, int] = {}  # trial -> its latest epoch with an epoch_states line
+        self.best: str | None = None
+
+    def replay(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """A resumed run: the log so far (deleting what a killed controller had not deleted yet)."""
+        for ev in events:
+            self.take(ev)
+
+    def take(self, ev: Mapping[str, Any]) -> None:
+        """Every line the controller logs."""
+        kind = ev.get("type")
+        if kind not in (EVENT, "epoch_end", "trial_started", "witness", "trial_finished"):
+            return
+        self.fold.take(ev)
+        if kind == EVENT:
+            trial = str(ev["trial"])
+            self.last_line[trial] = max(self.last_line.get(trial, 0), int(ev["epoch"]))
+        elif kind == "trial_finished":
+            trial = str(ev["trial"])
+            self.finished.add(trial)
+            last = self.fold.lines.get((trial, self.last_line.get(trial, 0)))
+            if last is not None:  # its last state no longer starts anything
+                self._drop_if_unneeded(str(last["commits"][-1][1]))
+        elif kind == "witness":
+            self._sweep(self.fold.take_decided())
+        best = self.fold.best_checkpoint()
+        if best is not None and best.sha256 != self.best:
+            superseded, self.best = self.best, best.sha256
+            if superseded is not None:
+                self._drop_if_unneeded(superseded)
+
+    def _sweep(self, decided: list[tuple[str, int]]) -> None:
+        needed = self.fold.needed()
+        for trial, epoch in decided:
+            line = self.fold.lines[(trial, epoch)]
+            digests = [str(line["start"]), *(str(c[1]) for c in line["commits"])]
+            # The last state of the trial's latest line starts its next epoch: undecided while it trains.
+            open_end = trial not in self.finished and epoch == self.last_line.get(trial)
+            for sha in digests[:-1] if open_end else digests:
+                if sha not in needed:
+                    self._delete(trial, sha)
+
+    def _drop_if_unneeded(self, sha: str) -> None:
+        """A superseded best checkpoint: deleted unless a kept segment needs it, its line is undecided,
+        or it starts its trial's next epoch."""
+        if sha in self.fold.needed():
+            return
+        for (trial, epoch), line in self.fold.lines.items():
+            if str(line["commits"][-1][1]) != sha:
+                continue
+            if (trial, epoch) in self.fold.undecided:
+                return
+            if trial not in self.finished and epoch == self.last_line.get(trial):
+                return
+            self._delete(trial, sha)
+            return
+
+    def _delete(self, trial: str, sha: str) -> None:
+        (self.run_dir / "trials" / trial / STATES / f"{sha}.safetensors").unlink(missing_ok=True)
