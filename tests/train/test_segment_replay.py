@@ -91,3 +91,45 @@ def test_a_killed_and_resumed_trial_keeps_one_chain(tmp_path: Path) -> None:
         assert after["start"] == before["commits"][-1][1]
     for seg in _segments(d):
         assert _replay(d, seg, 1)["passed"]
+
+
+def _image_folder(root: Path, per_class: int = 24) -> dict[str, Any]:
+    """A small CIFAR-like ImageFolder of noisy 20x20 PNGs in 3 classes (decoded, cropped and flipped as cifar's)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", per_class), ("val", 8)):
+        for c in range(3):
+            folder = root / split / f"class{c}"
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = (rng.random((20, 20, 3)) * 80 + c * 80).astype("uint8")
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return {"name": "cifar", "train_images": 3 * per_class, "val_images": 24, "classes": 3, "image_size": 16}
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_segments_of_an_image_folder_replay_too(tmp_path: Path, nproc: int) -> None:
+    """Images augmented in data-loader workers (random crop, flip) from each image's own seed: the replay,
+    loading them in its own process, crops and flips them alike."""
+    from aiperf_runner.spec.seeds import small_resnet
+
+    dataset = _image_folder(tmp_path / "data")
+    d = write_trial_dir(tmp_path / "t0001", commit_every_steps=2, dataset=dataset, preset="cifar",
+                        data=str(tmp_path / "data"), graph=small_resnet(3, 16, width=8), hparams={"batch_size": 8})
+    done = run_trial_program(d, "--nproc", str(nproc), env={"AIPERF_DATA_WORKERS": "2"})
+    assert done.returncode == 0, done.stderr
+    segs = _segments(d)
+    assert segs
+    for seg in segs:
+        verdict = replay_segment(d, state_path(d, seg.start).read_bytes(), state_path(d, seg.end).read_bytes(),
+                                 epoch=seg.epoch, first=seg.first, last=seg.last, steps=seg.steps, world=nproc,
+                                 data=str(tmp_path / "data"), preset_name="cifar", dataset=dataset,
+                                 tolerance=TOLERANCE)
+        assert verdict["passed"], verdict
+    short = replay_segment(d, state_path(d, segs[-1].start).read_bytes(), state_path(d, segs[-1].end).read_bytes(),
+                           epoch=segs[-1].epoch, first=segs[-1].first, last=segs[-1].last - 1,
+                           steps=segs[-1].steps, world=nproc, data=str(tmp_path / "data"), preset_name="cifar",
+                           dataset=dataset, tolerance=TOLERANCE)
+    assert not short["passed"]

@@ -42,7 +42,7 @@ def test_the_trial_reads_the_staged_copy_with_the_index(tmp_path: Path, monkeypa
     shutil.rmtree(data)  # from now on only the staged copy exists
     loaded = build_data(TrialConfig.load(trial_dir).data, batch_size=4, workers=0)
     assert (loaded.train_size, loaded.val_size) == (15, 9)
-    samples = loaded.train.loader.dataset.samples  # type: ignore[union-attr]
+    samples = loaded.train.loader.dataset.base.samples  # type: ignore[union-attr] # (SeededImages around it)
     assert samples[0] == (str(copy / "train" / "class0" / "img0.png"), 0)
     assert sum(len(x) for x, _ in loaded.val) == 9  # the images decode from the copy
 

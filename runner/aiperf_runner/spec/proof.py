@@ -41,6 +41,13 @@ def segment_seed(trial_seed: int, rank: int, epoch: int, step: int) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
+def sample_seed(trial_seed: int, epoch: int, index: int) -> int:
+    """The seed of one training image's augmentation in an epoch (ImageFolder data sets, whose images are
+    augmented in data-loader workers): from the image alone, whichever worker and rank load it."""
+    text = f"{SEED_FORMAT}:sample:{int(trial_seed)}:{int(epoch)}:{int(index)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
 def commit_points(steps: int, every: int, ramp: bool = False) -> list[int]:
     """The steps of an epoch of `steps` after which the state is committed: every `every`-th and the last;
     with `ramp` (a trial's first epoch) also after steps 1, 2, 4, ... below `every`. Training from a new

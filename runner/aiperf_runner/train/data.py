@@ -18,6 +18,10 @@ Sharding across the processes of a data-parallel trial:
 - validation: `ExactShardSampler` splits the indices without padding or duplicates (rank r gets
   r, r+W, r+2W, ...), so summing the per-rank counts gives exactly the validation set's size.
 
+ImageFolder training images are augmented in the loader's worker processes, each from its own seed
+(`SeededImages`, spec/proof.py `sample_seed`: the trial's seed, the epoch and the image), so that the
+audit's replay of a segment, loading the same images in its own process, crops and flips them alike.
+
 With `run --stage-data` (data/staging.py) the data root is the node's staged copy, and ImageFolder
 datasets take their classes and samples from the run's index (indexed_folder.py) instead of
 scanning the tree in every process.
@@ -47,6 +51,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from aiperf_runner.data import idx as idxdata
 from aiperf_runner.spec.errors import AiperfError
+from aiperf_runner.spec.proof import sample_seed
 
 DATASETS = ("smoke", "fashion-mnist", "cifar", "imagenet")
 
@@ -314,6 +319,42 @@ class TensorLoader:
             yield (self.augment(images) if self.augment is not None else images), self.labels.index_select(0, b)
 
 
+class EpochIndices(Sampler[int]):
+    """A sampler's indices, each carrying its epoch (`epoch * n + index`): the data-loader workers, which
+    live across epochs, see the epoch with every image (`SeededImages`)."""
+
+    def __init__(self, sampler: DistributedSampler[Any], n: int) -> None:
+        self.sampler, self.n, self.epoch = sampler, n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        offset = self.epoch * self.n
+        return (offset + i for i in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class SeededImages(torch.utils.data.Dataset):
+    """A training ImageFolder whose every image is augmented from its own seed (spec/proof.py
+    `sample_seed`): the same crop and flip in any worker, on any rank, and in the audit's replay."""
+
+    def __init__(self, base: Any, trial_seed: int) -> None:
+        self.base, self.trial_seed, self.n = base, trial_seed, len(base)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, item: int) -> Any:
+        epoch, index = divmod(int(item), self.n)
+        with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was
+            torch.manual_seed(sample_seed(self.trial_seed, epoch, index))
+            return self.base[index]
+
+
 class FolderLoader:
     """A DataLoader over an ImageFolder plus `set_epoch`, dropping a final batch of one image.
 
@@ -493,6 +534,10 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
                               "persistent_workers": workers > 0, "worker_init_fn": worker_init_fn}
     train_sampler: DistributedSampler[Any] = DistributedSampler(train_set, num_replicas=world_size, rank=rank,
                                                                 shuffle=True, seed=shuffle_seed)
-    train = FolderLoader(DataLoader(train_set, sampler=train_sampler, **common), drop_singleton=True)
+    # A generator of its own: the loader's workers' seeds are not drawn from the global one, whose numbers
+    # (dropout) a segment's replay must draw alike; the images are seeded one by one anyway.
+    train = FolderLoader(DataLoader(SeededImages(train_set, shuffle_seed), sampler=EpochIndices(
+        train_sampler, len(train_set)), generator=torch.Generator().manual_seed(shuffle_seed), **common),
+        drop_singleton=True)
     val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
     return TrialData(train, val, len(train_set), len(val_set), normalizer)

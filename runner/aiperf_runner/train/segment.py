@@ -99,10 +99,7 @@ def replay_segment(trial_dir: Path, start: bytes, end: bytes | None, *, epoch: i
     loaders = []
     for rank in range(world):
         d = build_data(spec, batch_size=batch, rank=rank, world_size=world, device=device, shuffle_seed=seed,
-                       channels_last=channels_last)
-        if not isinstance(d.train, TensorLoader):
-            out["error"] = f"preset {preset.name}: only in-memory data sets are re-executed by segment"
-            return out
+                       channels_last=channels_last, workers=0)
         d.train.set_epoch(epoch)
         loaders.append(d)
     if len(loaders[0].train) != steps:
@@ -125,16 +122,41 @@ def replay_segment(trial_dir: Path, start: bytes, end: bytes | None, *, epoch: i
     return out
 
 
+class _Batches:
+    """One rank's training batches by step number, as its loader yields them in the epoch set: an in-memory
+    set's (augmented with the rank's generator, as the trial's loop does), or an ImageFolder's (each image
+    augmented from its own seed, data.py `SeededImages`)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        if isinstance(loader, TensorLoader):
+            self.order = torch.as_tensor(list(loader.sampler), dtype=torch.long, device=loader.images.device)
+            self.size = loader.batch_size
+        else:
+            self.order = torch.as_tensor(list(loader.loader.sampler), dtype=torch.long)
+            self.size = int(loader.loader.batch_size)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.order[step * self.size:(step + 1) * self.size]
+        if isinstance(self.loader, TensorLoader):
+            images = self.loader.images.index_select(0, b)
+            if self.loader.augment is not None:
+                images = self.loader.augment(images)
+            return images, self.loader.labels.index_select(0, b)
+        from torch.utils.data import default_collate
+
+        dataset = self.loader.loader.dataset
+        images, labels = default_collate([dataset[int(j)] for j in b])
+        return images, labels
+
+
 def _train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, schedule: CosineSchedule,
                  precision: Any, criterion: nn.Module, loaders: list[Any], seed: int, epoch: int, first: int,
                  last: int, steps: int) -> int:
     """Steps first+1..last of the epoch, every rank's batch in turn (train/trial.py's loop, data parallel)."""
     world = len(loaders)
     model.train()
-    orders = []
-    for d in loaders:
-        loader: TensorLoader = d.train
-        orders.append(torch.as_tensor(list(loader.sampler), dtype=torch.long, device=loader.images.device))
+    batches = [_Batches(d.train) for d in loaders]
     rng = []
     for rank in range(world):
         torch.manual_seed(segment_seed(seed, rank, epoch, first))
@@ -146,14 +168,9 @@ def _train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any
         optimizer.zero_grad(set_to_none=True)
         kept: list[torch.Tensor] | None = None
         for rank, d in enumerate(loaders):
-            loader = d.train
-            b = orders[rank][step * loader.batch_size:(step + 1) * loader.batch_size]
             torch.set_rng_state(rng[rank])
-            images = loader.images.index_select(0, b)
-            if loader.augment is not None:
-                images = loader.augment(images)
-            labels = loader.labels.index_select(0, b)
-            images = d.normalizer(images)
+            images, labels = batches[rank].batch(step)
+            images, labels = d.normalizer(images), labels.to(d.normalizer.device)
             with precision.autocast():
                 loss = criterion(model(images), labels)
             scaler.scale(loss / world).backward()
