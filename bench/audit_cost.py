@@ -43,7 +43,7 @@ def train_one_epoch(trial_dir: Path, preset: str, every: int, data: str | None) 
     from aiperf_runner.spec.seeds import seed_for_preset
 
     p = get_preset(preset)
-    graph = seed_for_preset(preset)
+    graph = seed_for_preset(preset, p.classes, p.image_size)
     trial_dir.mkdir(parents=True)
     (trial_dir / "graph.json").write_text(graph.dumps())
     (trial_dir / "hparams.json").write_text(json.dumps(defaults(preset)))

@@ -21,7 +21,7 @@ from aiperf_runner.train.trainstate import state_path
 from tests.train.conftest import TINY_DATASET, run_trial_program, write_trial_dir
 from tests.train.test_trial import CRASH
 
-TOLERANCE = 1e-3  # same machine, same threads: exact, or within rounding (rules 3.0 allow 0.1)
+TOLERANCE = 1e-3  # same machine, same threads: exact, or within rounding (rules 3.0 allow 0.2)
 
 
 def _states(d: Path) -> list[dict[str, Any]]:

@@ -90,9 +90,11 @@ THRESHOLDS["3.0"] = {
     "audit_segments": 17,
     "audit_skip_detected": [0.25, 0.99],  # the share of skipped work caught, with this probability
     # How far a re-executed segment may end from the committed state, relative to how far the segment
-    # moved it (train/segment.py `ratio`): see above. Other precisions, and a GPU's run re-executed on
-    # CPUs, are provisional until measured on the accelerators the list ranks.
-    "audit_replay_tolerance": {"default": 0.1},
+    # moved it (train/segment.py `ratio`). On another thread count (as on another CPU) fashion-mnist's
+    # 16-step segments ended up to 0.067 away, a quarter of their steps left out 0.374 or more
+    # (bench/audit_cost.py). Other precisions, and a GPU's run re-executed on CPUs, are provisional
+    # until measured on the accelerators the list ranks.
+    "audit_replay_tolerance": {"default": 0.2},
 }
 
 
