@@ -240,6 +240,21 @@ def test_training_a_quarter_of_each_epoch_fails_the_re_execution(stack, tmp_path
     assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
 
 
+def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack, tmp_path):
+    """The red team's fourth attack: 0.99 logged for a trial's first epoch, everything after it honest, so the
+    kept final weights re-evaluate to what their epoch says. The run's best accuracy is the lucky epoch's,
+    and its checkpoint is re-evaluated (`audit.best`)."""
+    site = Site(stack, "Lucky Lab")
+    run = tmp_path / "lucky"
+    finish(site.start_run(run, "35s", slots=1, seed=7, trial_module="tests.service.lucky_epoch_trial"))
+    assert max(e["val_accuracy"] for e in lines(run) if e["type"] == "epoch_end") == 0.99
+    sub = site.submit(run)
+    assert sub["status"] == "rejected", sub
+    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+    assert "audit.best" in reasons and "logged 0.9900" in reasons["audit.best"], sub["reasons"]
+    assert "epoch 1 (the run's best accuracy)" in reasons["audit.best"]
+
+
 def test_a_run_that_computed_nothing_cannot_answer_its_challenge(stack, tmp_path):
     """The red team's first attack: trials that sleep and claim epochs, commitments and weights that stand for
     nothing. The log holds together; the states the audit asks for do not exist, so the audit never passes
