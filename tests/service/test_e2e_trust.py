@@ -246,7 +246,7 @@ def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack,
     and its checkpoint is re-evaluated (`audit.best`)."""
     site = Site(stack, "Lucky Lab")
     run = tmp_path / "lucky"
-    finish(site.start_run(run, "35s", slots=1, seed=7, trial_module="tests.service.lucky_epoch_trial"))
+    finish(site.start_run(run, "30s", slots=1, seed=7, trial_module="tests.service.lucky_epoch_trial"))
     assert max(e["val_accuracy"] for e in lines(run) if e["type"] == "epoch_end") == 0.99
     sub = site.submit(run)
     assert sub["status"] == "rejected", sub
