@@ -179,7 +179,7 @@ AIPERF_AUDIT_DEVICE = env.str("AIPERF_AUDIT_DEVICE", default="cpu")
 AIPERF_MAX_EVIDENCE_BYTES = env.int("AIPERF_MAX_EVIDENCE_BYTES", default=4 * 1024**3)
 AIPERF_CHALLENGE_DAYS = env.float("AIPERF_CHALLENGE_DAYS", default=14.0)
 # The rules version results are verified under (spec/rules.py; a private list may add its own with
-# AIPERF_RULES_FILE, a JSON object {version: {"base": "2.0", threshold: value, ...}}).
+# AIPERF_RULES_FILE, a JSON object {version: {"base": "3.0", threshold: value, ...}}).
 AIPERF_RULES_FILE = env.str("AIPERF_RULES_FILE", default="")
 AIPERF_RULES_VERSION = env.str("AIPERF_RULES_VERSION", default="")
 
