@@ -24,7 +24,7 @@ class StateKeeper:
         self.fold = Retention(share)
         self.finished: set[str] = set()
         self.last_line: dict[str, int] = {}  # trial -> its latest epoch with an epoch_states line
-        self.best: str | None = None
+        self.best: tuple[str, int] | None = None  # (trial, epoch) of the best epoch's line
 
     def replay(self, events: Iterable[Mapping[str, Any]]) -> None:
         """A resumed run: the log so far (deleting what a killed controller had not deleted yet)."""
@@ -43,14 +43,13 @@ class StateKeeper:
         elif kind == "trial_finished":
             trial = str(ev["trial"])
             self.finished.add(trial)
-            last = self.fold.lines.get((trial, self.last_line.get(trial, 0)))
-            if last is not None:  # its last state no longer starts anything
-                self._drop_if_unneeded(str(last["commits"][-1][1]))
+            if (trial, self.last_line.get(trial, 0)) in self.fold.lines:  # its last state starts nothing now
+                self._drop_if_unneeded((trial, self.last_line[trial]))
         elif kind == "witness":
             self._sweep(self.fold.take_decided())
-        best = self.fold.best_checkpoint()
-        if best is not None and best.sha256 != self.best:
-            superseded, self.best = self.best, best.sha256
+        best = self.fold.best[1:] if self.fold.best is not None else None
+        if best is not None and best != self.best:
+            superseded, self.best = self.best, best
             if superseded is not None:
                 self._drop_if_unneeded(superseded)
 
@@ -65,20 +64,17 @@ class StateKeeper:
                 if sha not in needed:
                     self._delete(trial, sha)
 
-    def _drop_if_unneeded(self, sha: str) -> None:
-        """A superseded best checkpoint: deleted unless a kept segment needs it, its line is undecided,
-        or it starts its trial's next epoch."""
-        if sha in self.fold.needed():
+    def _drop_if_unneeded(self, key: tuple[str, int]) -> None:
+        """The last state of the line `key` (a superseded best checkpoint, a finished trial's end): deleted
+        unless a kept segment or the best checkpoint needs it, its line is undecided, or it starts its
+        trial's next epoch."""
+        trial, epoch = key
+        sha = str(self.fold.lines[key]["commits"][-1][1])
+        if sha in self.fold.needed() or key in self.fold.undecided:
             return
-        for (trial, epoch), line in self.fold.lines.items():
-            if str(line["commits"][-1][1]) != sha:
-                continue
-            if (trial, epoch) in self.fold.undecided:
-                return
-            if trial not in self.finished and epoch == self.last_line.get(trial):
-                return
-            self._delete(trial, sha)
+        if trial not in self.finished and epoch == self.last_line.get(trial):
             return
+        self._delete(trial, sha)
 
     def _delete(self, trial: str, sha: str) -> None:
         (self.run_dir / "trials" / trial / STATES / f"{sha}.safetensors").unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""Proof of the work (docs/rules.md, "Commitments and re-execution"): what a trial commits as it
+"""Proof of the work (docs/rules.md, "Audit: proof of the work"): what a trial commits as it
 trains, how its segments are told apart and drawn for re-execution, and what the draw catches.
 
 A trial commits the digest of its whole training state (weights and buffers, the optimizer's
@@ -122,7 +122,7 @@ def segments_of_line(ev: Mapping[str, Any], images_trained: int, world: int = 1)
 class CommitmentAudit:
     """Listens to a run's replay: every counted epoch must have its `epoch_states`, the commitments no
     further apart than the rules' interval, and each epoch must start from the state the one before
-    it ended with. `segments` holds what the log commits to (the service draws from it)."""
+    it ended with."""
 
     replay: Replay
     every: int | None  # None: this rules version asks for no commitments (the check is not made)
@@ -180,12 +180,9 @@ class CommitmentAudit:
                 previous_end = str(ev["commits"][-1][1]) if ev["commits"] else None
         return found
 
-    def segments(self, images: Mapping[tuple[str, int], int] | None = None) -> list[Segment]:
-        """Every committed segment, in log order (`images`: each epoch's images trained, for the weights)."""
-        out: list[Segment] = []
-        for key, (ev, _line) in sorted(self.lines.items(), key=lambda kv: kv[1][1]):
-            out.extend(segments_of_line(ev, (images or {}).get(key, int(ev.get("images_trained") or 0))))
-        return out
+    def segment_count(self) -> int:
+        """How many segments the log commits to (one per commitment)."""
+        return sum(len(ev["commits"]) for ev, _line in self.lines.values())
 
 
 @dataclass(frozen=True)
@@ -338,10 +335,6 @@ def detection_probability(skipped: float, segments: int) -> float:
 def segments_needed(skipped: float, probability: float) -> int:
     """The fewest draws that catch a run skipping a share `skipped` of its work with at least `probability`."""
     return max(1, math.ceil(math.log(1.0 - probability) / math.log(1.0 - skipped)))
-
-
-def by_key(segments: Iterable[Segment]) -> dict[str, Segment]:
-    return {s.key: s for s in segments}
 
 
 # ---- simulated runs ----------------------------------------------------------------------------------------

@@ -354,7 +354,7 @@ def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
     timeline = R.check_witness_timeline(
         witness.timeline_problems(f.acc.t0, f.acc.end, issued_at, th["witness_tolerance_s"],
                                   th["witness_duration_relative"]), checked, th)
-    commitments = R.check_commitments(f.commitments.problems(), f.commitments.every, len(f.commitments.segments()))
+    commitments = R.check_commitments(f.commitments.problems(), f.commitments.every, f.commitments.segment_count())
     return [token, receipts, coverage, retention, commitments, timeline]
 
 

@@ -39,8 +39,7 @@ from .data import DataSpec, TensorLoader, build_data
 from .lrscale import CosineSchedule, LrScaling
 from .precision import setup_precision
 from .trainstate import digest, load_state, state_bytes
-
-MOMENTUM = 0.9  # as train/trial.py's
+from .trial import MOMENTUM
 
 
 def _tensors(data: bytes) -> dict[str, torch.Tensor]:
