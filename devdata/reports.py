@@ -43,7 +43,7 @@ def template(preset: str) -> dict[str, Any]:
         key = keys.generate_key()
         bundle.write_manifest(run, key)
         return verify(run, pubkey=key.public_key(), require_signature=True, workers=1,
-                      system=registration_of(run, nodes=1, accelerators_per_node=2), witness_keys=witness.keys)
+                      system=registration_of(run), witness_keys=witness.keys)
 
 
 def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, trials_finished: int,
@@ -59,7 +59,7 @@ def report(run: dict[str, Any], points: list[dict[str, float]], *, trials: int, 
     final = points[-1]
     declared = run["declared_peak_flops"].get(precision)
     hw = hardware.from_run(run)  # demo systems are registered as their run.json describes them
-    peak, how = hw.peak(precision)
+    peak, how = hw.peak(precision, th.get("cpu_clock_ghz"))
     slots = run["config"]["slots"]
     devices = run["config"]["devices_per_slot"]
     count = hw.accelerators

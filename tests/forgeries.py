@@ -36,8 +36,8 @@ def honest(path: Path, witness: TestWitness | None = None) -> Path:
 
 
 def honest_registration(path: Path, **over: Any) -> dict[str, Any]:
-    """The honest site's registration: one node of 8 H100s."""
-    return registration_of(path, **{"name": "Honest H100 node", "nodes": 1, "accelerators_per_node": 8, **over})
+    """The honest site's registration: its 8 H100s on the nodes its run found (one per slot)."""
+    return registration_of(path, **{"name": "Honest H100 nodes", **over})
 
 
 def _events(path: Path, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]) -> None:
@@ -193,7 +193,7 @@ FORGERIES = (
     Forgery("trial-claims-more-devices-than-its-slot", trial_more_devices_than_its_slot, "system.devices",
             "rejected"),
     Forgery("concurrent-trials-past-the-registration", concurrency_past_registration, "system.devices", "rejected",
-            {"accelerators_per_node": 4}),
+            {"nodes": 1, "accelerators_per_node": 4}),
 )
 
 

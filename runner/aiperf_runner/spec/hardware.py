@@ -62,16 +62,19 @@ class Hardware:
             return f"registered system {self.system_id} ({self.name or 'unnamed'}): {what}"
         return f"unregistered: run.json says {what}"
 
-    def peak(self, precision: Any) -> tuple[float | None, str]:
-        """Peak FLOP/s of the whole system at `precision`, and how it was found."""
+    def peak(self, precision: Any, cpu_ghz: float | None = None) -> tuple[float | None, str]:
+        """Peak FLOP/s of the whole system at `precision`, and how it was found. A CPU system's clock is
+        `cpu_ghz` where the rules fix one (3.1 on), else the one its model's name states (2.0, 3.0)."""
         if precision not in peaks.PRECISIONS:
             return None, f"precision {precision!r} unknown"
         if self.is_cpu:
             cores = max(self.cpu_cores_per_node, 1) * max(self.nodes, 1)
             model = self.cpu_model or None
-            return peaks.cpu_peak(cores, precision=precision, model=model), (
-                f"CPU estimate: {cores} cores x {peaks.cpu_ghz(model)} GHz x "
-                f"{peaks.CPU_FLOP_PER_CYCLE[precision]} FLOP/cycle")
+            clock = float(cpu_ghz) if cpu_ghz else peaks.cpu_ghz(model)
+            return peaks.cpu_peak(cores, clock, precision=precision), (
+                f"CPU estimate: {cores} cores x {clock:g} GHz"
+                + (" (the rules' clock, never read from a model's name)" if cpu_ghz else "")
+                + f" x {peaks.CPU_FLOP_PER_CYCLE[precision]} FLOP/cycle")
         extra = _number(self.peak_per_accelerator.get(precision))
         if extra is not None:
             return extra * self.accelerators, f"{self.accelerators} x {self.accelerator_model} (peak added by the list)"

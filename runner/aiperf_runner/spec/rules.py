@@ -24,9 +24,12 @@ from .schema import run_json_problems
 __all__ = ["RULES_VERSION", "THRESHOLDS", "thresholds", "check", "group", "all_passed", "run_json_problems",
            "Findings", "LogAudit"]
 
-RULES_VERSION = "3.0"
-"""3.0: the work is committed as it is done (`audit.commitments`: every counted epoch's training state
-every `commit_every_steps` steps, spec/proof.py), so that the service can re-execute it. 2.0:
+RULES_VERSION = "3.1"
+"""3.1: a system is held to what the run found it is (`system.facts`: the registration's CPU model, cores,
+nodes and accelerator count against run.json's), a CPU's peak is at the rules' clock, never one read from
+its model's name, and smoke's accuracies are audited on a private split. 3.0: the work is committed as it
+is done (`audit.commitments`: every counted epoch's training state every `commit_every_steps` steps,
+spec/proof.py), so that the service can re-execute it. 2.0:
 registered systems (`system.*`), bound rules (`integrity.bound`), `v2` only and stability required
 for the official division. 1.0: the first rules."""
 
@@ -96,6 +99,15 @@ THRESHOLDS["3.0"] = {
     # until measured on the accelerators the list ranks.
     "audit_replay_tolerance": {"default": 0.2},
 }
+# 3.1: 3.0, with the registration held to the run's own facts. Under 3.0 a CPU system's peak came from the
+# clock its model's name stated ("Imaginary CPU @ 350GHz" made a peak 100 x the machine's), and a
+# registration could claim more cores, nodes or accelerators than the run found, each lowering the
+# efficiency that review holds a result by. Both are upper bounds on the work a run could do: a CPU is now
+# counted at `cpu_clock_ghz` (high on purpose: few server cores sustain it with vector units busy), and
+# `system.facts` fails a registration larger than the run (`facts_exact`).
+# The audit evaluates a generated preset's (smoke's) accuracies on a private split (`audit_private_split`): a
+# model trained on the public validation images, or an accuracy logged for them alone, does not carry over.
+THRESHOLDS["3.1"] = {**THRESHOLDS["3.0"], "cpu_clock_ghz": 3.5, "facts_exact": True, "audit_private_split": True}
 
 
 RUNNER_SIDE = ("weights_keep_share", "states_keep_share", "commit_every_steps")
@@ -431,22 +443,48 @@ def check_devices(audit: LogAudit, hw: Any, devices_per_slot: Any) -> dict[str, 
 
 
 def check_facts(hw: Any, run_system: Mapping[str, Any], seen_not_registered: list[str],
-                seen: Mapping[str, int]) -> dict[str, Any]:
+                seen: Mapping[str, int], exact: bool = False) -> dict[str, Any]:
     """What the run found it ran on against the registration: the device models its trials reported, and
-    run.json's accelerator count (never more than registered)."""
+    run.json's accelerator count (never more than registered). `exact` (3.1 on): run.json's nodes,
+    accelerators, CPU model and a CPU system's cores are the registration's, so that a registration cannot
+    claim a larger machine, and peak, than the run had."""
     name, threshold = "system.facts", "the run's own facts within the registration"
     if not hw.registered:
         return check(name, threshold, None, True, "no registration: the run is judged by run.json's own facts")
+    if exact:
+        threshold = "the run's own facts are the registration's"
     problems = []
     if seen_not_registered:
         ranks = ", ".join(f"{seen[m]} x {m}" for m in seen_not_registered)
         problems.append(f"the trials ran on {ranks}; the registration is {hw.describe()}")
     count = run_system.get("accelerator_count")
-    if type(count) is int and count > (0 if hw.is_cpu else hw.accelerators):
+    registered_count = 0 if hw.is_cpu else hw.accelerators
+    if type(count) is int and (count > registered_count or exact and count < registered_count):
         problems.append(f"run.json found {count} accelerators; the registration has "
                         + ("none (a CPU system)" if hw.is_cpu else str(hw.accelerators)))
+    if exact:
+        problems += _facts_differ(hw, run_system)
     return check(name, threshold, len(problems), not problems, "; ".join(problems) or
-                 "the devices the trials reported and run.json's counts agree with the registration")
+                 "the devices the trials reported and run.json's facts agree with the registration")
+
+
+def _facts_differ(hw: Any, run_system: Mapping[str, Any]) -> list[str]:
+    """Where run.json's nodes, CPU model and (a CPU system's) cores are not the registration's."""
+    problems = []
+    nodes, cores, model = run_system.get("nodes"), run_system.get("cpu_cores"), run_system.get("cpu_model")
+    if type(nodes) is int and nodes != hw.nodes:
+        problems.append(f"the run found {nodes} node(s); the registration has {hw.nodes}")
+    registered_cores = hw.cpu_cores_per_node * hw.nodes
+    if hw.is_cpu and type(cores) is int and registered_cores and cores != registered_cores:
+        problems.append(f"the run found {cores} CPU cores; the registration has {registered_cores} "
+                        f"({hw.nodes} x {hw.cpu_cores_per_node})")
+    if isinstance(model, str) and hw.cpu_model and _words(model) != _words(hw.cpu_model):
+        problems.append(f"the run found CPU {model!r}; the registration names {hw.cpu_model!r}")
+    return problems
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 # witness: the service's run token and receipts (spec/witness.py)
@@ -519,8 +557,11 @@ def replay_tolerance(th: Mapping[str, Any], precision: str) -> float:
     return float(table.get(precision, table["default"]))
 
 
-def audit_tolerance(accuracy: float, images: int, th: Mapping[str, Any]) -> float:
-    """How far a re-evaluated accuracy may be from the logged one: a fixed part plus binomial noise."""
+def audit_tolerance(accuracy: float, images: int, th: Mapping[str, Any], other_images: int | None = None) -> float:
+    """How far a re-evaluated accuracy may be from the logged one: a fixed part plus binomial noise, of the
+    re-evaluation's `images`, and where it measured other images than the log's (a private split), of the
+    difference of two independent samples (`other_images` the log's)."""
     p = min(max(float(accuracy), 0.0), 1.0)
-    sigma = (p * (1.0 - p) / max(int(images), 1)) ** 0.5
+    per_image = 1.0 / max(int(images), 1) + (1.0 / max(int(other_images), 1) if other_images else 0.0)
+    sigma = (p * (1.0 - p) * per_image) ** 0.5
     return float(th["audit_accuracy_fixed"] + th["audit_accuracy_sigmas"] * sigma)

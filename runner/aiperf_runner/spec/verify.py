@@ -165,13 +165,13 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     sig_checks, report["fingerprint"] = _signature_checks(root, pubkey, require_signature)
     precision = run.get("precision")
     hw = hardware.hardware_of(run, registration)
-    peak, how = hw.peak(precision)
+    peak, how = hw.peak(precision, th.get("cpu_clock_ghz"))
     f = _fold(run, run_dir, rules, th, hw.slot_peak(peak), workers, witness_keys)
     checks = [*_integrity_checks(f, run, run_problems, sig_checks, run_dir, th),
               *_validity_checks(f, run, rules, precision, th),
               R.check_stability(f.series.points, th),
               *_plausibility_checks(f, run, precision, peak, how, th),
-              *_system_checks(f, run, hw, peak, how, precision),
+              *_system_checks(f, run, hw, peak, how, precision, th),
               *_witness_checks(f, run, th, witness_keys, records)]
     for c in checks:
         c["measured"] = _json_safe(c["measured"])
@@ -331,13 +331,13 @@ def _plausibility_checks(f: _Folded, run: Mapping[str, Any], precision: Any, pea
 
 
 def _system_checks(f: _Folded, run: Mapping[str, Any], hw: hardware.Hardware, peak: float | None, how: str,
-                   precision: Any) -> list[dict[str, Any]]:
+                   precision: Any, th: Mapping[str, Any]) -> list[dict[str, Any]]:
     run_system = run.get("system") if isinstance(run.get("system"), Mapping) else {}
     assert isinstance(run_system, Mapping)
     return [R.check_registered(hw, run_system.get("id")),
             R.check_peak_known(peak, how, precision),
             R.check_devices(f.audit, hw, _dict(run.get("config")).get("devices_per_slot")),
-            R.check_facts(hw, run_system, f.seen.not_registered(hw), f.seen.ranks)]
+            R.check_facts(hw, run_system, f.seen.not_registered(hw), f.seen.ranks, bool(th.get("facts_exact")))]
 
 
 def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
