@@ -156,7 +156,11 @@ token=$("${compose[@]}" exec -T web python manage.py aiperf_site create "Compose
     | tail -1)
 "$runner" keygen >/dev/null
 "$runner" register --server "$url" --token "$token" >/dev/null
-"$runner" system add --name "Compose check" --accelerator-model cpu --accelerators-per-node 0 --nodes 1 >/dev/null
+system=$("$runner" system add --name "Compose check" --accelerator-model cpu --accelerators-per-node 0 --nodes 1 --json \
+    | "$py" -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+# The service approves every system by hand (AIPERF_SYSTEM_APPROVAL=manual, compose's default): as a maintainer.
+"${compose[@]}" exec -T web python manage.py aiperf_system approve "$system" --reason "compose check: this host" \
+    --by compose-check >/dev/null
 timeout 300 "$runner" run --preset smoke --slots 2 --duration 30s --out "$work/run" --system "Compose check" \
     --progress plain >"$work/run.log" 2>&1 || { tail -30 "$work/run.log" >&2; exit 1; }
 "$runner" submit "$work/run" --server "$url" --token "$token" --json --no-wait >"$work/submit.json" \

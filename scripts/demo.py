@@ -146,13 +146,20 @@ def site_token() -> str:
 
 
 def demo_system(url: str, token: str) -> None:
-    """This machine, registered once as the demo site's CPU system."""
-    listed = json.loads(runner("system", "list", "--json", capture=True) or "[]")
-    if any(s.get("name") == SYSTEM for s in listed):
-        return
-    say(f"registering this machine as the system {SYSTEM!r} (a CPU system: its peak is the CPU estimate)")
-    runner("system", "add", "--name", SYSTEM, "--accelerator-model", "cpu", "--accelerators-per-node", "0",
-           "--nodes", "1", "--facts-from", "here")  # the demo runs here, even on a SLURM login node
+    """This machine, registered once as the demo site's CPU system and approved by the local list's
+    maintainer (you: a list approves every system by hand)."""
+    listed = [s for s in json.loads(runner("system", "list", "--json", capture=True) or "[]")
+              if s.get("name") == SYSTEM]
+    if not listed:
+        say(f"registering this machine as the system {SYSTEM!r} (a CPU system: its peak is the CPU estimate)")
+        runner("system", "add", "--name", SYSTEM, "--accelerator-model", "cpu", "--accelerators-per-node", "0",
+               "--nodes", "1", "--facts-from", "here")  # the demo runs here, even on a SLURM login node
+        listed = [s for s in json.loads(runner("system", "list", "--json", capture=True)) if s.get("name") == SYSTEM]
+    system = listed[0]
+    if system.get("status") == "pending":
+        say(f"approving it as the list's maintainer: manage.py aiperf_system approve {system['id']} --reason ...")
+        manage("aiperf_system", "approve", str(system["id"]), "--reason",
+               "the demo's own machine, as `system add --facts-from here` found it", "--by", "demo")
 
 
 def main() -> None:

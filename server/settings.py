@@ -150,9 +150,10 @@ AIPERF_REQUIRE_APPROVAL = env.bool("AIPERF_REQUIRE_APPROVAL", default=False)
 AIPERF_PUBLIC_URL = env.str("AIPERF_PUBLIC_URL", default="http://127.0.0.1:8000")
 
 # ---- trust (docs/design.md section 7; docs/service.md "Trust") -------------------------------------
-# auto: a registered system of a known accelerator model is approved at once; manual: a maintainer
-# approves every system.
-AIPERF_SYSTEM_APPROVAL = env.str("AIPERF_SYSTEM_APPROVAL", default="auto")
+# manual (the default): a list maintainer approves every system for the official division, against what
+# its runs found (a registration is the site's own word); auto: a known accelerator model (or a CPU with its
+# cores) is approved at once, for a private list or a test whose subject is not approval.
+AIPERF_SYSTEM_APPROVAL = env.str("AIPERF_SYSTEM_APPROVAL", default="manual")
 if AIPERF_SYSTEM_APPROVAL not in ("auto", "manual"):
     raise ImproperlyConfigured(f"AIPERF_SYSTEM_APPROVAL must be auto or manual, not {AIPERF_SYSTEM_APPROVAL!r}")
 # The service's witness key (Ed25519 private key, PEM): `manage.py aiperf_witness_key create` makes it.
