@@ -7,8 +7,9 @@
 - `run`: per challenged trial, in a subprocess with memory and time limits
   (`python -m aiperf_runner.train.reevaluate`): `audit.weights` (the stored file's digest is the logged
   one, and it is a safetensors file), `audit.architecture` (it loads with strict=True into the module
-  built from the trial's graph), `audit.accuracy` (re-evaluated on the preset's validation data, it
-  matches the trial's last logged accuracy within the rules table's tolerance). All pass: the result
+  built from the trial's graph), `audit.accuracy` (re-evaluated on the preset's validation data, or from
+  rules 3.1 on a generated preset's private split, AIPERF_AUDIT_PRIVATE_SEED, it matches the trial's
+  last logged accuracy within the rules table's tolerance). All pass: the result
   may enter the official division; one fails: the submission is rejected, naming the trial.
 """
 
@@ -130,11 +131,12 @@ def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
 
-def evaluate(trial_dir: Path, weights: Path, data: str | None, preset: str) -> dict[str, Any]:
+def evaluate(trial_dir: Path, weights: Path, data: str | None, preset: str, private: bool = False) -> dict[str, Any]:
     """The subprocess's verdict on one trial's weights or committed state (its error as `error` when it could
-    not run)."""
+    not run); `private`: a generated preset on the service's private split."""
     verdict = _subprocess(["aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
-                           "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else []))
+                           "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else [])
+                          + (["--private-seed", str(settings.AIPERF_AUDIT_PRIVATE_SEED)] if private else []))
     if "architecture_ok" not in verdict:
         verdict = {"architecture_ok": False, "error": f"the re-evaluation: {verdict.get('error')}"}
     return verdict
@@ -163,12 +165,27 @@ def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dic
         checks.append(spec_rules.check("audit.accuracy", None, measured, False,
                                        f"trial {trial}: not re-evaluated ({verdict.get('error') or 'no accuracy'})"))
         return checks
-    tolerance = spec_rules.audit_tolerance(claimed, int(verdict.get("images") or logged.get("images_evaluated") or 1), th)
+    tolerance = spec_rules.audit_tolerance(claimed, int(verdict.get("images") or logged.get("images_evaluated") or 1), th,
+                                           _other_images(verdict, logged.get("images_evaluated")))
     ok = abs(measured - claimed) <= tolerance
     checks.append(spec_rules.check("audit.accuracy", tolerance, measured - claimed, ok,
                                    f"trial {trial}: re-evaluated accuracy {measured:.4f} on {verdict.get('images')} "
-                                   f"images, logged {claimed:.4f} (tolerance {tolerance:.4f})"))
+                                   f"images{_of_split(verdict)}, logged {claimed:.4f} (tolerance {tolerance:.4f})"))
     return checks
+
+
+def _other_images(verdict: dict[str, Any], logged_images: Any) -> int | None:
+    """The log's evaluated images where the re-evaluation measured others (a private split)."""
+    return int(logged_images or 1) if verdict.get("split") == "private" else None
+
+
+def _of_split(verdict: dict[str, Any]) -> str:
+    return " of the service's private split (no runner reads it)" if verdict.get("split") == "private" else ""
+
+
+def private_split(rules_version: str) -> bool:
+    """Whether the rules evaluate a generated preset on the service's private split (3.1 on)."""
+    return bool(spec_rules.thresholds(rules_version).get("audit_private_split"))
 
 
 def _subprocess(argv: list[str]) -> dict[str, Any]:
@@ -227,17 +244,19 @@ def proof_checks(proof: dict[str, Any], states: dict[str, Path], root: Path, dat
     cp = proof.get("best")
     if cp:
         started = time.perf_counter()
-        verdict = evaluate(root / "trials" / cp["trial"], states[cp["sha256"]], data, preset)
+        verdict = evaluate(root / "trials" / cp["trial"], states[cp["sha256"]], data, preset,
+                           private_split(rules_version))
         claimed = float(cp["val_accuracy"])
         measured = verdict.get("accuracy")
-        tol = spec_rules.audit_tolerance(claimed, int(verdict.get("images") or cp["images_evaluated"] or 1), th)
+        tol = spec_rules.audit_tolerance(claimed, int(verdict.get("images") or cp["images_evaluated"] or 1), th,
+                                         _other_images(verdict, cp["images_evaluated"]))
         ok = measured is not None and abs(float(measured) - claimed) <= tol
         where = f"trial {cp['trial']} epoch {cp['epoch']} (the run's best accuracy)"
         best.append(spec_rules.check(
             "audit.best", tol, None if measured is None else float(measured) - claimed, ok,
             f"{where}: not re-evaluated ({verdict.get('error') or 'no accuracy'})" if measured is None else
             f"{where}: re-evaluated accuracy {float(measured):.4f} on {verdict.get('images')} images of the preset's "
-            f"data, logged {claimed:.4f} (tolerance {tol:.4f})"))
+            f"data{_of_split(verdict)}, logged {claimed:.4f} (tolerance {tol:.4f})"))
         seconds["best"] = round(time.perf_counter() - started, 3)
     return {"segments": segments, "best": best, "drawn_from": proof.get("of"), "committed": proof.get("committed")}
 
@@ -267,7 +286,8 @@ def run(submission_id: int, *, again: bool = False) -> str:
         for trial in sub.challenge:
             evidence = Evidence.objects.get(submission=sub, trial=trial)
             started = time.perf_counter()
-            verdict = evaluate(root / "trials" / trial, Path(evidence.file.path), data, result.preset)
+            verdict = evaluate(root / "trials" / trial, Path(evidence.file.path), data, result.preset,
+                               private_split(result.rules_version))
             trials[trial] = trial_checks(trial, Path(evidence.file.path), logged.get(trial, {}), verdict,
                                          result.rules_version)
             seconds[trial] = round(time.perf_counter() - started, 3)

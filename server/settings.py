@@ -7,6 +7,7 @@ CELERY_BROKER_URL (Redis), SECRET_KEY, DEBUG=0 and ALLOWED_HOSTS. See docs/servi
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import environ
@@ -177,6 +178,10 @@ AIPERF_AUDIT_QUEUE = env.str("AIPERF_AUDIT_QUEUE", default="audit")
 AIPERF_AUDIT_TIMEOUT_S = env.float("AIPERF_AUDIT_TIMEOUT_S", default=3600.0)
 AIPERF_AUDIT_MEMORY_BYTES = env.int("AIPERF_AUDIT_MEMORY_BYTES", default=32 * 1024**3)
 AIPERF_AUDIT_DEVICE = env.str("AIPERF_AUDIT_DEVICE", default="cpu")
+# The seed of the private split a generated preset (smoke) is re-evaluated on (rules 3.1 on): a secret of
+# this service, so that no runner can read those images. Default: derived from SECRET_KEY.
+AIPERF_AUDIT_PRIVATE_SEED = env.int(
+    "AIPERF_AUDIT_PRIVATE_SEED", default=int.from_bytes(hashlib.sha256(f"private split {SECRET_KEY}".encode()).digest()[:7]))
 AIPERF_MAX_EVIDENCE_BYTES = env.int("AIPERF_MAX_EVIDENCE_BYTES", default=4 * 1024**3)
 AIPERF_CHALLENGE_DAYS = env.float("AIPERF_CHALLENGE_DAYS", default=14.0)
 # The rules version results are verified under (spec/rules.py; a private list may add its own with

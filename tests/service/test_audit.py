@@ -200,3 +200,51 @@ def test_a_best_accuracy_logged_higher_than_its_checkpoint_fails_audit_best(tria
     best = {**claimed.best.as_dict(), "val_accuracy": min(claimed.best.val_accuracy + 0.2, 1.0)}
     [check] = _proof_checks(trial, [], best)["best"]
     assert not check["passed"] and "re-evaluated accuracy" in check["message"], check
+
+
+def _trained_on_the_validation_images(trial: dict[str, Any], dest: Path) -> float:
+    """The trial's model trained on the public validation split (a site tuning to the images it is judged
+    on); its weights saved at `dest`; its accuracy on those images."""
+    from aiperf_runner.train.data import DataSpec, build_data
+    from aiperf_runner.train.precision import setup_precision
+    from aiperf_runner.train.trial import evaluate
+    from aiperf_runner.train.weights import load_weights
+
+    spec = DataSpec.from_trial(json.loads((trial["dir"] / "trial.json").read_text()))
+    graph = Graph.from_json(json.loads((trial["dir"] / "graph.json").read_text()))
+    model = build_module(graph, num_classes=spec.num_classes)
+    model.load_state_dict(load_weights(trial["weights"]))
+    data = build_data(spec, batch_size=64, shuffle_seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    torch.manual_seed(0)
+    for _ in range(20):
+        model.train()
+        for images, labels in data.val:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(data.normalizer(images)), labels).backward()
+            optimizer.step()
+    save_weights(model, dest)
+    totals = evaluate(model, data, setup_precision("fp32", torch.device("cpu")), torch.device("cpu")).tolist()
+    return totals[1] / totals[0]
+
+
+def test_rules_31_evaluate_smoke_on_a_private_split(trial, tmp_path, settings) -> None:
+    """From rules 3.1 a smoke model is re-evaluated on images no runner reads (the service's private split):
+    the honest weights pass within the tolerance of two samples; a model trained on the public validation
+    images reaches an accuracy there that the private split does not confirm."""
+    settings.AIPERF_AUDIT_PRIVATE_SEED = 1234
+    verdict = audit.evaluate(trial["dir"], trial["weights"], None, "smoke", audit.private_split("3.1"))
+    assert verdict["split"] == "private" and verdict["images"] == 2000, verdict
+    checks = {c["name"]: c for c in audit.trial_checks("t", trial["weights"], trial["logged"], verdict, "3.1")}
+    assert not failed(checks), checks
+    assert "private split" in checks["audit.accuracy"]["message"]
+    assert not audit.private_split("3.0")
+
+    tuned = tmp_path / "tuned.safetensors"
+    on_public = _trained_on_the_validation_images(trial, tuned)
+    logged = {**trial["logged"], "sha256": sha256(tuned), "val_accuracy": on_public}
+    public = audit.evaluate(trial["dir"], tuned, None, "smoke")
+    assert abs(public["accuracy"] - on_public) < 0.002  # the public images confirm what it logged
+    private = audit.evaluate(trial["dir"], tuned, None, "smoke", True)
+    checks = {c["name"]: c for c in audit.trial_checks("t", tuned, logged, private, "3.1")}
+    assert failed(checks) == {"audit.accuracy"}, (on_public, private["accuracy"], checks)

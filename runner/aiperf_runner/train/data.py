@@ -156,7 +156,7 @@ def generate_smoke(n: int, *, num_classes: int = 10, image_size: int = 32, seed:
         raise DataError(f"smoke dataset has 2 to {len(SMOKE_PATTERNS)} classes, not {num_classes}")
     if image_size < 8:
         raise DataError(f"smoke images must be at least 8 pixels wide, not {image_size}")
-    split_id = {"train": 0, "val": 1}[split]
+    split_id = {"train": 0, "val": 1, "private": 2}[split]
     rng = np.random.Generator(np.random.PCG64([int(seed), split_id, num_classes, image_size]))
     labels = (np.arange(n) % num_classes).astype(np.int64)
     labels = labels[rng.permutation(n)]
@@ -412,6 +412,9 @@ class DataSpec:
     train_images: int | None = None  # smoke sizes
     val_images: int | None = None
     seed: int = 0  # smoke generation seed (the run's dataset, not the trial's seed)
+    # smoke, in the service's audit only: validate on the split "private" generated from this seed (the
+    # service's secret), images of the same distribution that no runner has read.
+    private_seed: int | None = None
     channels: int = 3
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
     index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
@@ -484,7 +487,9 @@ def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int,
     if spec.name == "smoke":
         assert spec.train_images is not None and spec.val_images is not None
         train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
-        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
+        val_x, val_y = (smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
+                        if spec.private_seed is None else
+                        smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.private_seed, "private"))
     else:
         train_x, train_y, val_x, val_y = fashion_mnist_tensors(spec)
         augment = CropFlip(FASHION_MNIST_PADDING)
