@@ -233,18 +233,25 @@ def test_accuracies_raised_at_the_source_fail_the_audit(stack, tmp_path):
     assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
 
 
-def test_training_a_quarter_of_each_epoch_fails_the_re_execution(stack, tmp_path):
-    """The red team's second attack: a quarter of the batches trained, whole epochs claimed, every commitment
-    where the rules want it. Official and audited before rules 3.0; the re-executed segments catch it."""
-    site = Site(stack, "Skipping Lab")
-    run = tmp_path / "skipping"
-    finish(site.start_run(run, "40s", slots=1, seed=5, trial_module="tests.service.skipping_trial"))
-    sub = site.submit(run)
-    assert sub["status"] == "rejected", sub
-    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
-    assert "audit.replay" in reasons, sub["reasons"]
-    assert "the committed work is not what the segment does" in reasons["audit.replay"]
-    assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+def test_skipped_work_and_smaller_images_fail_the_re_execution(stack, tmp_path):
+    """The red team's second and third attacks, run side by side: a quarter of the batches trained with whole
+    epochs claimed, and images of 8 pixels trained where the preset's are 16 (a quarter of the FLOPs charged),
+    each with every commitment where the rules want it. Official and audited before rules 3.0 (the audit read
+    the image size from the site's trial.json); the re-executed segments catch both."""
+    skipping_site, small_site = Site(stack, "Skipping Lab"), Site(stack, "Small Lab")
+    skipping = skipping_site.start_run(tmp_path / "skipping", "40s", slots=1, seed=5,
+                                       trial_module="tests.service.skipping_trial")
+    small = small_site.start_run(tmp_path / "small", "40s", slots=1, seed=8,
+                                 trial_module="tests.service.small_images_trial")
+    finish(skipping)
+    finish(small)
+    for site, run in ((skipping_site, tmp_path / "skipping"), (small_site, tmp_path / "small")):
+        sub = site.submit(run)
+        assert sub["status"] == "rejected", (run.name, sub)
+        reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+        assert "audit.replay" in reasons, (run.name, sub["reasons"])
+        assert "the committed work is not what the segment does" in reasons["audit.replay"]
+        assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
 
 
 def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack, tmp_path):

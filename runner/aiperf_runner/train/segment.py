@@ -73,6 +73,8 @@ def replay_segment(trial_dir: Path, start: bytes, end: bytes | None, *, epoch: i
     preset = get_preset(preset_name or trial.get("preset") or "smoke")
     trial["dataset"] = dataset if dataset is not None else preset.dataset(data)
     trial["data"] = data
+    for own in ("image_size", "num_classes"):  # the data set's, never what the site's trial.json says
+        trial.pop(own, None)
     spec = DataSpec.from_trial(trial)
     device = torch.device(device_name)
     seed, batch = int(trial.get("seed", 0)), int(hp.get("batch_size", 32))
