@@ -15,6 +15,8 @@ checkpoint's evaluation on 50,000 images. Last, the detection probability for sk
 
     python bench/audit_cost.py
     python bench/audit_cost.py --segments 4 --skip-imagenet
+    python bench/audit_cost.py --precision bf16 --skip-imagenet   # the tolerance at another precision
+    python bench/audit_cost.py --device cuda --precision bf16      # a GPU's trials, replayed on this CPU
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ sys.path.insert(0, str(REPO))
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 
-def train_one_epoch(trial_dir: Path, preset: str, every: int, data: str | None) -> None:
+def train_one_epoch(trial_dir: Path, preset: str, every: int, data: str | None, precision: str,
+                    device: str) -> None:
     import torch  # noqa: F401 - fail early without torch
     from aiperf_runner.data.presets import get_preset
     from aiperf_runner.search.hparams import defaults
@@ -48,8 +51,8 @@ def train_one_epoch(trial_dir: Path, preset: str, every: int, data: str | None) 
     (trial_dir / "graph.json").write_text(graph.dumps())
     (trial_dir / "hparams.json").write_text(json.dumps(defaults(preset)))
     (trial_dir / "trial.json").write_text(json.dumps({
-        "trial": trial_dir.name, "epoch_budget": 1, "precision": "fp32", "preset": preset, "data": data,
-        "dataset": p.dataset(data), "seed": 7, "device_type": "cpu", "num_classes": p.classes,
+        "trial": trial_dir.name, "epoch_budget": 1, "precision": precision, "preset": preset, "data": data,
+        "dataset": p.dataset(data), "seed": 7, "device_type": device, "num_classes": p.classes,
         "image_size": p.image_size, "commit_every_steps": every, "keep_states": True, "cpu_bind": False}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{REPO / 'runner'}:{REPO}"}
     out = subprocess.run([sys.executable, "-m", "aiperf_runner.train.trial", str(trial_dir)], env=env,
@@ -58,7 +61,8 @@ def train_one_epoch(trial_dir: Path, preset: str, every: int, data: str | None) 
         raise SystemExit(f"the trial failed: {out.stderr[-2000:]}")
 
 
-def measure(preset: str, every: int, segments: int, data: str | None) -> dict[str, float]:
+def measure(preset: str, every: int, segments: int, data: str | None, precision: str,
+            device: str, audit_device: str) -> dict[str, float]:
     import torch
     from aiperf_runner.spec.proof import segments_of_line
     from aiperf_runner.train.segment import replay_segment
@@ -67,7 +71,7 @@ def measure(preset: str, every: int, segments: int, data: str | None) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "t0000"
         t0 = time.perf_counter()
-        train_one_epoch(d, preset, every, data)
+        train_one_epoch(d, preset, every, data, precision, device)
         trained_s = time.perf_counter() - t0
         line = next(json.loads(x) for x in (d / "events.jsonl").read_text().splitlines() if '"epoch_states"' in x)
         segs = segments_of_line(line, 0)
@@ -79,12 +83,12 @@ def measure(preset: str, every: int, segments: int, data: str | None) -> dict[st
             start, end = state_path(d, seg.start).read_bytes(), state_path(d, seg.end).read_bytes()
             t = time.perf_counter()
             v = replay_segment(d, start, end, epoch=1, first=seg.first, last=seg.last, steps=seg.steps, world=1,
-                               data=data, preset_name=preset)
+                               data=data, preset_name=preset, device_name=audit_device)
             seconds.append(time.perf_counter() - t)
             honest.append(float(v["ratio"]))
             cut = max(1, (seg.last - seg.first) // 4)
             v = replay_segment(d, start, end, epoch=1, first=seg.first, last=seg.last - cut, steps=seg.steps,
-                               world=1, data=data, preset_name=preset)
+                               world=1, data=data, preset_name=preset, device_name=audit_device)
             skipped.append(float(v["ratio"]))
         size = state_path(d, segs[0].end).stat().st_size
     return {"steps": float(line["steps"]), "epoch_s": trained_s, "honest_max": max(honest),
@@ -115,18 +119,23 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=6, help="segments re-executed per preset")
     parser.add_argument("--audit-segments", type=int, default=17)
     parser.add_argument("--skip-imagenet", action="store_true")
+    parser.add_argument("--precision", default="fp32", help="the trials' precision (fp32, bf16, ...)")
+    parser.add_argument("--device", default="cpu", help="where the trial trains (cpu, cuda): a device class")
+    parser.add_argument("--audit-device", default="cpu", help="where the audit re-executes (the service's default: cpu)")
     args = parser.parse_args()
     from aiperf_runner.spec import proof, rules
 
     th = rules.thresholds()
-    tolerance = rules.replay_tolerance(th, "fp32")
+    tolerance = rules.replay_tolerance(th, args.precision)
     presets = [("smoke", None)] + ([("fashion-mnist", str(FASHION))] if FASHION.exists() else [])
     for preset, data in presets:
         every = proof.every_steps(th, preset) or 16
-        m = measure(preset, every, args.segments, data)
+        m = measure(preset, every, args.segments, data, args.precision, args.device, args.audit_device)
         upload = (2 * args.audit_segments + 1) * m["state_bytes"]
         audit_s = args.audit_segments * m["segment_s"]
-        print(f"{preset}: {m['steps']:.0f} steps an epoch, segments of {every} steps, {m['segments']:.0f} re-executed")
+        print(f"{preset} ({args.precision}, trained on {args.device}, re-executed on {args.audit_device}): "
+              f"{m['steps']:.0f} steps an epoch, segments of {every} steps, "
+              f"{m['segments']:.0f} re-executed")
         print(f"  honest replay (2 threads vs 1): max {m['honest_max']:.3g}, median {m['honest_median']:.3g} of the "
               f"segment's move | a quarter skipped: min {m['skipped_min']:.3g} | tolerance {tolerance:g} "
               f"(margins: x{tolerance / max(m['honest_max'], 1e-12):.1f} over honest, "

@@ -107,7 +107,12 @@ THRESHOLDS["3.0"] = {
 # `system.facts` fails a registration larger than the run (`facts_exact`).
 # The audit evaluates a generated preset's (smoke's) accuracies on a private split (`audit_private_split`): a
 # model trained on the public validation images, or an accuracy logged for them alone, does not carry over.
-THRESHOLDS["3.1"] = {**THRESHOLDS["3.0"], "cpu_clock_ghz": 3.5, "facts_exact": True, "audit_private_split": True}
+# Half precisions replay further from their commitments: on another thread count bf16 segments ended up to
+# 0.202 of their move away (smoke; fashion-mnist 0.087), fp16 0.193 (0.081), while a quarter of the steps left
+# out ended 0.307 or more away (bench/audit_cost.py --precision): 0.25 for both, 0.2 stays fp32's (and tf32's,
+# which a CPU runs as fp32).
+THRESHOLDS["3.1"] = {**THRESHOLDS["3.0"], "cpu_clock_ghz": 3.5, "facts_exact": True, "audit_private_split": True,
+                     "audit_replay_tolerance": {"default": 0.2, "bf16": 0.25, "fp16": 0.25}}
 
 
 RUNNER_SIDE = ("weights_keep_share", "states_keep_share", "commit_every_steps")
