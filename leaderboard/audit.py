@@ -179,8 +179,11 @@ def _other_images(verdict: dict[str, Any], logged_images: Any) -> int | None:
     return int(logged_images or 1) if verdict.get("split") == "private" else None
 
 
-def _of_split(verdict: dict[str, Any]) -> str:
-    return " of the service's private split (no runner reads it)" if verdict.get("split") == "private" else ""
+PRESET_DATA = " of the preset's data"
+
+
+def _of_split(verdict: dict[str, Any], otherwise: str = "") -> str:
+    return " of the service's private split (no runner reads it)" if verdict.get("split") == "private" else otherwise
 
 
 def private_split(rules_version: str) -> bool:
@@ -255,8 +258,8 @@ def proof_checks(proof: dict[str, Any], states: dict[str, Path], root: Path, dat
         best.append(spec_rules.check(
             "audit.best", tol, None if measured is None else float(measured) - claimed, ok,
             f"{where}: not re-evaluated ({verdict.get('error') or 'no accuracy'})" if measured is None else
-            f"{where}: re-evaluated accuracy {float(measured):.4f} on {verdict.get('images')} images of the preset's "
-            f"data{_of_split(verdict)}, logged {claimed:.4f} (tolerance {tol:.4f})"))
+            f"{where}: re-evaluated accuracy {float(measured):.4f} on {verdict.get('images')} images"
+            f"{_of_split(verdict, PRESET_DATA)}, logged {claimed:.4f} (tolerance {tol:.4f})"))
         seconds["best"] = round(time.perf_counter() - started, 3)
     return {"segments": segments, "best": best, "drawn_from": proof.get("of"), "committed": proof.get("committed")}
 
