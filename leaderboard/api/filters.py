@@ -17,11 +17,14 @@ class ResultFilter(df.FilterSet):
     preset = df.CharFilter(lookup_expr="iexact")
     precision = df.CharFilter(lookup_expr="iexact")
     level = df.ChoiceFilter(field_name="verification_level", choices=Result.Level.choices)
+    rules_version = df.CharFilter(help_text='the rules version a result was verified under, e.g. "3.1"')
+    spec_version = df.CharFilter(help_text="the spec (log format) version of the result's run")
     edition = df.CharFilter(method="noop", help_text='a frozen edition, e.g. "2026-11": its entries and their ranks')
 
     class Meta:
         model = Result
-        fields = ["division", "accelerator", "vendor", "country", "site", "system", "preset", "precision", "level"]
+        fields = ["division", "accelerator", "vendor", "country", "site", "system", "preset", "precision", "level",
+                  "rules_version", "spec_version"]
 
     def noop(self, queryset, name, value):
         return queryset  # the view selects the edition's entries (ranks differ)

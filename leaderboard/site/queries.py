@@ -47,7 +47,7 @@ PER_PAGE_CHOICES = (25, 50, 100, 250, 500)
 DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE_HTML = 500  # "all" is for downloads; the HTML table pages
 
-FILTERS = ("division", "accelerator", "vendor", "country", "edition", "rules", "all", "review")
+FILTERS = ("division", "accelerator", "vendor", "country", "edition", "rules", "version", "all", "review")
 RULES_LISTS = FLOP_RULES  # the FLOP rules: each its own list
 REVIEWS = ("pending", "rejected")
 
@@ -95,6 +95,7 @@ class ListParams:
     country: str = ""
     edition: str = ""
     rules: str = ""  # "" = v2; "v1-compat": the v1-compat list
+    version: str = ""  # a rules version ("3.1"): the results verified under it (ranks stay the list's)
     all: str = ""  # "1": every result, not only each system's best
     review: str = ""  # "pending" / "rejected": results off the list, waiting for or refused by a maintainer
     sort: str = "rank"
@@ -112,6 +113,7 @@ class ListParams:
         p.edition = edition or q.get("edition", "").strip()[:32]
         rules = q.get("rules", "")
         p.rules = rules if rules in RULES_LISTS[1:] else ""
+        p.version = q.get("version", "").strip()[:32]
         p.all = "1" if q.get("all", "") in ("1", "true", "yes", "on") else ""
         review = q.get("review", "")
         p.review = review if review in REVIEWS else ""
@@ -227,6 +229,8 @@ def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
         qs = qs.filter(system__vendor__iexact=p.vendor)
     if p.country:
         qs = qs.filter(site__country__iexact=p.country)
+    if p.version:
+        qs = qs.filter(rules_version=p.version)
     return qs
 
 
@@ -244,15 +248,16 @@ def _ordering(p: ListParams) -> list[Any]:
 
 def options(base: QuerySet[ListResult]) -> dict[str, list[str]]:
     """The values the filter menus offer: those present on this list (one query)."""
-    triples = (base.order_by().values_list("system__accelerator_model", "system__vendor", "site__country")
-               .distinct())
-    accelerators, vendors, countries = set(), set(), set()
-    for accelerator, vendor, country in triples:
+    rows = (base.order_by().values_list("system__accelerator_model", "system__vendor", "site__country",
+                                        "rules_version").distinct())
+    accelerators, vendors, countries, versions = set(), set(), set(), set()
+    for accelerator, vendor, country, version in rows:
         accelerators.add(accelerator)
         vendors.add(vendor)
         countries.add(country)
+        versions.add(version)
     return {"accelerator": sorted(v for v in accelerators if v), "vendor": sorted(v for v in vendors if v),
-            "country": sorted(v for v in countries if v)}
+            "country": sorted(v for v in countries if v), "version": sorted((v for v in versions if v), reverse=True)}
 
 
 def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
