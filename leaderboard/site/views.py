@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import aiperf_runner
-from aiperf_runner.spec import SPEC_VERSION, scoring, spread
+from aiperf_runner.spec import SPEC_VERSION, proof, scoring, spread
 from aiperf_runner.spec import rules as spec_rules
 from django.conf import settings
 from django.db.models import Count, Max, Q
@@ -322,7 +322,9 @@ def _work_text(r: Result) -> str:
     checks = [c for cs in segments.values() for c in cs]
     failed = [c for c in checks if not c["passed"]]
     parts = [f"{len(checks) - len(failed)} of {len(checks)} segments re-executed to their committed state "
-             f"(drawn from {report.get('drawn_from')} kept of {report.get('committed')} committed)"]
+             f"(drawn from {report.get('drawn_from')} kept of {report.get('committed')} committed: a run that "
+             f"skipped a quarter of its work is caught by such a draw with probability "
+             f"{100 * proof.detection_probability(0.25, len(checks)):.2f} %)"]
     parts += [c["message"] for c in failed]
     parts += [c["message"] for c in report.get("best") or []]
     return "; ".join(parts)
