@@ -228,3 +228,22 @@ if __name__ == "__main__":
     import sys
 
     print(markdown_table(sys.argv[1] if len(sys.argv) > 1 else MAIN))
+
+
+def fingerprint() -> str:
+    """SHA-256 of what the schema accepts: every event type's logs and fields (name, check, required), run.json's,
+    and the enumerations and patterns the checks use. Documentation phrases do not count. A released spec
+    version's fingerprints are recorded (tests/golden/log_schema_versions.json): a change to what the schema
+    accepts is either compatible (recorded under the same version, with its reason) or a new SPEC_VERSION."""
+    import hashlib
+    import json
+
+    def fields(et: EventType) -> list[list[Any]]:
+        return [[f.name, f.expr, f.required] for f in et.fields]
+
+    names = {k: (sorted(v) if isinstance(v, set | frozenset | list | tuple) else
+                 getattr(v, "pattern", None) or getattr(v, "__name__", repr(v)))
+             for k, v in NAMESPACE.items()}
+    accepted = {"events": {name: {"logs": list(et.logs), "fields": fields(et)} for name, et in sorted(EVENTS.items())},
+                "run.json": fields(RUN_JSON), "names": names}
+    return hashlib.sha256(json.dumps(accepted, sort_keys=True, default=str).encode()).hexdigest()
