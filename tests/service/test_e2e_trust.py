@@ -72,12 +72,12 @@ class Site:
     CPU and cores read by `system add --facts-from here`), since system.facts holds a run to what it ran on.
     The system waits for a maintainer, who approves it with `manage.py aiperf_system approve`."""
 
-    def __init__(self, stack: Stack, name: str, model: str = "cpu", per_node: int = 0) -> None:
+    def __init__(self, stack: Stack, name: str, model: str = "cpu", per_node: int = 0, *facts: str) -> None:
         self.stack = stack
         self.token, self.config = stack.new_site(name, "DE")
         out = stack.runner("system", "add", "--name", f"{name} box", "--accelerator-model", model,
-                           "--accelerators-per-node", str(per_node), "--nodes", "1", "--facts-from", "here", "--json",
-                           config=self.config)
+                           "--accelerators-per-node", str(per_node), "--nodes", "1", "--facts-from", "here", *facts,
+                           "--json", config=self.config)
         self.system = json.loads(out.stdout)
         assert self.system["status"] == "pending", self.system
         approved = stack.manage("aiperf_system", "approve", str(self.system["id"]), "--reason",
@@ -485,7 +485,9 @@ def unsubmitted(stack, runs, tmp_path_factory):
     procs["turns"] = site.start_run(work / "turns", "25s", slots=1, seed=25)
     phantom = Site(stack, "Phantom Lab", "NVIDIA H200", 8)  # registered as what this machine is not
     procs["phantom"] = phantom.start_run(work / "phantom", "25s", slots=1, seed=26)
-    PHANTOM.append(phantom)
+    imaginary = Site(stack, "Imaginary Lab", "cpu", 0, "--cpu-model", IMAGINARY_CPU, "--cpu-cores", "100000")
+    procs["imaginary"] = imaginary.start_run(work / "imaginary", "25s", slots=1, seed=27)
+    PHANTOM.extend([phantom, imaginary])
     second_log_takes_a_turn(site, work / "turns")
     for proc in procs.values():
         finish(proc)
@@ -493,7 +495,8 @@ def unsubmitted(stack, runs, tmp_path_factory):
 
 
 GRINDS = ("hide", "rechain")
-PHANTOM: list[Site] = []  # the site whose system was registered as 8 x H200
+PHANTOM: list[Site] = []  # the sites whose systems were registered as 8 x H200 and as 100,000 imaginary cores
+IMAGINARY_CPU = "Imaginary CPU @ 350GHz"
 
 
 def second_log_takes_a_turn(site: Site, run: Path) -> None:
@@ -552,13 +555,27 @@ def test_receipts_kept_from_the_log_leave_the_official_division(stack, unsubmitt
 
 
 def test_hardware_registered_that_the_run_did_not_have_is_not_official(stack, unsubmitted):
-    """A CPU machine registered as 8 x H200 (auto-approved: a known model): the trials reported cpu."""
+    """A CPU machine registered as 8 x H200, approved by a maintainer who did not look: the trials reported
+    cpu."""
     _, bases = unsubmitted
     sub = PHANTOM[0].submit(bases["phantom"])
     got, failed = outcome(stack, sub)
     assert got == "open" and "system.facts" in failed, (got, failed)
     message = checks(stack, sub)["system.facts"]["message"]
     assert message.startswith("the trials ran on ") and " x cpu; the registration is " in message, message
+
+
+def test_a_cpu_registered_larger_and_faster_than_it_is_is_not_official(stack, unsubmitted):
+    """This 2-core machine registered as 100,000 cores of an "Imaginary CPU @ 350GHz" (rules 3.1): the peak is
+    counted at the rules' clock, not the name's, and the run's own facts contradict the registration."""
+    _, bases = unsubmitted
+    sub = PHANTOM[1].submit(bases["imaginary"])
+    got, failed = outcome(stack, sub)
+    assert got == "open" and "system.facts" in failed, (got, failed)
+    found = checks(stack, sub)
+    message = found["system.facts"]["message"]
+    assert "the registration has 100000 (1 x 100000)" in message and IMAGINARY_CPU in message, message
+    assert "x 3.5 GHz (the rules' clock" in found["system.peak"]["message"], found["system.peak"]
 
 
 def test_a_token_used_for_a_second_run(stack, tmp_path):
