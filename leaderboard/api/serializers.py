@@ -153,7 +153,9 @@ class SystemRegistrationSerializer(RefusesUnknownFields, serializers.Serializer)
     cpu_model = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     cpu_cores = serializers.IntegerField(min_value=0, max_value=100_000, required=False, default=0,
                                          help_text="per node")
-    memory_per_node = serializers.IntegerField(min_value=0, required=False, default=0, help_text="bytes")
+    # A bound the database column holds (a 64-bit integer; the fuzzer's 9.6e19 was a 500): 1 PiB a node.
+    memory_per_node = serializers.IntegerField(min_value=0, max_value=1 << 50, required=False, default=0,
+                                               help_text="bytes (at most 1 PiB)")
 
     def validate(self, data):
         if data["accelerator_model"].strip().lower() != "cpu" and data["accelerators_per_node"] < 1:

@@ -478,14 +478,16 @@ def unsubmitted(stack, runs, tmp_path_factory):
     once: a site forges its own log before it submits it), run side by side."""
     site = runs["honest"][0]
     work = tmp_path_factory.mktemp("bases")
+    # Registered (and approved) before any run starts: a site's registration takes seconds on a loaded machine,
+    # and the second log below must take its turn while the run it joins still runs.
+    phantom = Site(stack, "Phantom Lab", "NVIDIA H200", 8)  # registered as what this machine is not
+    imaginary = Site(stack, "Imaginary Lab", "cpu", 0, "--cpu-model", IMAGINARY_CPU, "--cpu-cores", "100000")
     procs = {how: site.start_run(work / how, "20s", slots=1, seed=10 + i) for i, how in enumerate(WITNESS_FORGERIES)}
     for i, mode in enumerate(GRINDS):  # the patched runners, side by side with the rest
         procs[mode] = site.start_run(work / mode, "25s", 1, 20 + i, "aiperf_runner.train.trial",
                                      program=(sys.executable, "-m", "tests.service.grinding_runner", mode))
     procs["turns"] = site.start_run(work / "turns", "25s", slots=1, seed=25)
-    phantom = Site(stack, "Phantom Lab", "NVIDIA H200", 8)  # registered as what this machine is not
     procs["phantom"] = phantom.start_run(work / "phantom", "25s", slots=1, seed=26)
-    imaginary = Site(stack, "Imaginary Lab", "cpu", 0, "--cpu-model", IMAGINARY_CPU, "--cpu-cores", "100000")
     procs["imaginary"] = imaginary.start_run(work / "imaginary", "25s", slots=1, seed=27)
     PHANTOM.extend([phantom, imaginary])
     second_log_takes_a_turn(site, work / "turns")
@@ -508,12 +510,15 @@ def second_log_takes_a_turn(site: Site, run: Path) -> None:
         time.sleep(0.5)
     run_id = lines(run)[0]["run_id"]
     auth = {"Authorization": f"Token {site.token}"}
-    issued = httpx.get(f"{site.stack.url}/api/v1/runs/{run_id}/receipts/", headers=auth, timeout=30).json()
-    statement = {"kind": witness.HEARTBEAT_KIND, "run_id": run_id, "heartbeat_seq": 100_000, "head": "ab" * 32,
-                 "log_id": first_line_hash(run / "events.jsonl"), "work": 0.0, "epochs": 0, "best_accuracy": None,
-                 "sent_at": time.time(), "previous_receipt": witness.receipt_digest(issued[-1])}
-    r = httpx.post(f"{site.stack.url}/api/v1/runs/{run_id}/heartbeats/", headers=auth,
-                   json={"statement": statement, "signature": witness.sign(site.key(), statement)}, timeout=30)
+    for _ in range(5):  # the run's own heartbeat may take the next receipt between the read and the post
+        issued = httpx.get(f"{site.stack.url}/api/v1/runs/{run_id}/receipts/", headers=auth, timeout=30).json()
+        statement = {"kind": witness.HEARTBEAT_KIND, "run_id": run_id, "heartbeat_seq": 100_000, "head": "ab" * 32,
+                     "log_id": first_line_hash(run / "events.jsonl"), "work": 0.0, "epochs": 0, "best_accuracy": None,
+                     "sent_at": time.time(), "previous_receipt": witness.receipt_digest(issued[-1])}
+        r = httpx.post(f"{site.stack.url}/api/v1/runs/{run_id}/heartbeats/", headers=auth,
+                       json={"statement": statement, "signature": witness.sign(site.key(), statement)}, timeout=30)
+        if "does not name the last receipt issued" not in r.text:
+            break
     assert r.status_code == 201, r.text
 
 
