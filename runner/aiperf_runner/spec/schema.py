@@ -10,6 +10,8 @@ Extra fields are allowed everywhere; unknown event types are not.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -224,19 +226,11 @@ def markdown_table(log: str = MAIN) -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":
-    import sys
-
-    print(markdown_table(sys.argv[1] if len(sys.argv) > 1 else MAIN))
-
-
 def fingerprint() -> str:
     """SHA-256 of what the schema accepts: every event type's logs and fields (name, check, required), run.json's,
     and the enumerations and patterns the checks use. Documentation phrases do not count. A released spec
     version's fingerprints are recorded (tests/golden/log_schema_versions.json): a change to what the schema
     accepts is either compatible (recorded under the same version, with its reason) or a new SPEC_VERSION."""
-    import hashlib
-    import json
 
     def fields(et: EventType) -> list[list[Any]]:
         return [[f.name, f.expr, f.required] for f in et.fields]
@@ -247,3 +241,10 @@ def fingerprint() -> str:
     accepted = {"events": {name: {"logs": list(et.logs), "fields": fields(et)} for name, et in sorted(EVENTS.items())},
                 "run.json": fields(RUN_JSON), "names": names}
     return hashlib.sha256(json.dumps(accepted, sort_keys=True, default=str).encode()).hexdigest()
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(markdown_table(sys.argv[1] if len(sys.argv) > 1 else MAIN))
+

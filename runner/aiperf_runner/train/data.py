@@ -39,7 +39,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -420,6 +420,15 @@ class DataSpec:
     index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
 
     @classmethod
+    def audited(cls, trial: Mapping[str, Any], dataset: Mapping[str, Any], data: str | None) -> DataSpec:
+        """What the service's audit re-executes or re-evaluates a site's trial on: `dataset` (the preset's
+        block, as the service holds it) at `data`, with its image size and classes, never the sizes the
+        site's trial.json states."""
+        own = ("image_size", "num_classes")
+        return cls.from_trial({**{k: v for k, v in trial.items() if k not in own}, "dataset": dict(dataset),
+                               "data": data})
+
+    @classmethod
     def from_trial(cls, trial: dict[str, Any]) -> DataSpec:
         """From trial.json: `dataset` (as in run.json), `preset`, `data`, `num_classes`, `image_size`."""
         ds = dict(trial.get("dataset") or {})
@@ -487,9 +496,8 @@ def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int,
     if spec.name == "smoke":
         assert spec.train_images is not None and spec.val_images is not None
         train_x, train_y = smoke_tensors(spec.train_images, spec.num_classes, spec.image_size, spec.seed, "train")
-        val_x, val_y = (smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.seed, "val")
-                        if spec.private_seed is None else
-                        smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, spec.private_seed, "private"))
+        val_seed, val_split = (spec.seed, "val") if spec.private_seed is None else (spec.private_seed, "private")
+        val_x, val_y = smoke_tensors(spec.val_images, spec.num_classes, spec.image_size, val_seed, val_split)
     else:
         train_x, train_y, val_x, val_y = fashion_mnist_tensors(spec)
         augment = CropFlip(FASHION_MNIST_PADDING)

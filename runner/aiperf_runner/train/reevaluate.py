@@ -44,11 +44,7 @@ def audit_trial(trial_dir: Path, weights: Path, data: str | None, device_name: s
     # The preset's own data as the service holds it (sizes, generator seed, files), never what the
     # site's trial.json says about them.
     preset = get_preset(preset_name or trial.get("preset") or (trial.get("dataset") or {}).get("name") or "smoke")
-    trial["dataset"] = preset.dataset(data)
-    trial["data"] = data
-    for own in ("image_size", "num_classes"):  # the preset's (its dataset block), never the site's
-        trial.pop(own, None)
-    spec = DataSpec.from_trial(trial)
+    spec = DataSpec.audited(trial, preset.dataset(data), data)
     if private_seed is not None and spec.name == "smoke":
         spec = dataclasses.replace(spec, private_seed=private_seed)
     out: dict[str, Any] = {"architecture_ok": False, "error": None, "accuracy": None, "images": 0,

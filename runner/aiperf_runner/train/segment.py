@@ -71,11 +71,7 @@ def replay_segment(trial_dir: Path, start: bytes, end: bytes | None, *, epoch: i
     hp = json.loads((trial_dir / "hparams.json").read_text())
     graph = Graph.from_json(json.loads((trial_dir / "graph.json").read_text()))
     preset = get_preset(preset_name or trial.get("preset") or "smoke")
-    trial["dataset"] = dataset if dataset is not None else preset.dataset(data)
-    trial["data"] = data
-    for own in ("image_size", "num_classes"):  # the data set's, never what the site's trial.json says
-        trial.pop(own, None)
-    spec = DataSpec.from_trial(trial)
+    spec = DataSpec.audited(trial, dataset if dataset is not None else preset.dataset(data), data)
     device = torch.device(device_name)
     seed, batch = int(trial.get("seed", 0)), int(hp.get("batch_size", 32))
     out: dict[str, Any] = {"passed": False, "exact": False, "ratio": None, "error": None, "steps": last - first,
