@@ -29,6 +29,7 @@ from typing import Any
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks, scoring
 from aiperf_runner.spec import keys as spec_keys
+from aiperf_runner.spec import rules as spec_rules
 from django.db import transaction
 from django.utils import timezone
 
@@ -198,7 +199,8 @@ class Generator:
         slots, trials = g["slots"], g["trials"]
         run = {
             "run_id": run_id, "runner_version": aiperf_runner.__version__, "spec_version": SPEC_VERSION,
-            "rules": "v2", "preset": g["preset"], "precision": g["precision"], "created_at": started.timestamp(),
+            "rules_version": spec_rules.RULES_VERSION, "rules": "v2", "preset": g["preset"], "precision": g["precision"],
+            "created_at": started.timestamp(),
             "config": {"slots": slots, "devices_per_slot": system.accelerator_count // slots, "backend": "slurm"},
             "system": {"nodes": system.nodes, "accelerator_model": system.accelerator_model,
                        "accelerator_count": system.accelerator_count, "cpu_model": system.cpu_model,

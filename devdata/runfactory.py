@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec import presetfacts as spec_presets
 from aiperf_runner.spec.eventlog import GENESIS, encode
 from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.proof import every_steps, stand_in_states
 from aiperf_runner.spec.records import EpochEnd
-from aiperf_runner.spec.rules import thresholds
+from aiperf_runner.spec.rules import RULES_VERSION, thresholds
 
 NumberFn = float | int | Callable[[int, int], float]
 
@@ -105,7 +106,8 @@ def run_json(*, run_id: str, slots: int = 1, rules: str = "v2", preset: str = "s
     else:
         peaks = {precision: float(declared_peak)}
     return {
-        "run_id": run_id, "runner_version": "0.1.0", "spec_version": "1", "rules": rules, "preset": preset,
+        "run_id": run_id, "runner_version": "0.1.0", "spec_version": SPEC_VERSION, "rules_version": RULES_VERSION,
+        "rules": rules, "preset": preset,
         "precision": precision, "seed": seed, "created_at": start,
         "config": {"slots": slots, "devices_per_slot": devices_per_slot,
                    "duration_s": duration_s if duration_s is not None else 0, "backend": "local",
@@ -131,7 +133,8 @@ def preset_hparams(preset: str) -> dict[str, Any]:
 def run_started_fields(run: dict[str, Any]) -> dict[str, Any]:
     """What run_started states of the run (the fields integrity.bound compares with run.json)."""
     return {"run_id": run["run_id"], "preset": run["preset"], "rules": run["rules"],
-            "slots": run["config"]["slots"], "runner_version": "0.1.0", "spec_version": "1",
+            "slots": run["config"]["slots"], "runner_version": "0.1.0", "spec_version": run["spec_version"],
+            "rules_version": run.get("rules_version"),
             "precision": run["precision"], "devices_per_slot": run["config"]["devices_per_slot"],
             "dataset": dict(run["dataset"])}
 

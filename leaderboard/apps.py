@@ -38,3 +38,7 @@ class LeaderboardConfig(AppConfig):
         if settings.AIPERF_RULES_VERSION and settings.AIPERF_RULES_VERSION not in rules.THRESHOLDS:
             raise ImproperlyConfigured(f"AIPERF_RULES_VERSION {settings.AIPERF_RULES_VERSION!r} is not a rules "
                                        f"version (known: {', '.join(rules.THRESHOLDS)})")
+        unknown = [v for v in settings.AIPERF_OFFICIAL_RULES if v not in rules.THRESHOLDS]
+        if unknown:
+            raise ImproperlyConfigured(f"AIPERF_OFFICIAL_RULES: unknown rules version {', '.join(unknown)} "
+                                       f"(known: {', '.join(rules.THRESHOLDS)})")

@@ -241,6 +241,9 @@ class Submission(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     verified_at = models.DateTimeField(null=True, blank=True)
+    rules_version = models.CharField(max_length=32, blank=True, default="",
+                                     help_text="the rules version it was verified under (a re-verification and "
+                                               "aiperf_rebuild verify it under the same)")
     # The service's challenge (proof of training): the trials whose kept weights it asked for.
     challenge = models.JSONField(default=list, blank=True, help_text="trial ids whose weights the audit re-evaluates")
     # The work re-executed (spec/proof.py): {"segments": [...], "best": {...}}, drawn with the challenge.
@@ -456,6 +459,8 @@ class Edition(models.Model):
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     frozen_at = models.DateTimeField(null=True, blank=True)
+    rules_versions = models.JSONField(default=list, blank=True,
+                                      help_text="the rules versions admitted to its official ranking, as frozen")
 
     class Meta:
         ordering = ["-name"]

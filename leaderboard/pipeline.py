@@ -191,11 +191,13 @@ def _verify(sub: Submission) -> dict[str, Any]:
             system = registered_system(sub, run_json)
             records, _attempt = witness.records(sub.run_id, sub.site, sub.pk)
             # One read of the log: the report, and the replay the stored trials come from.
+            version = rules_version(sub, run_json)
             verified = verify_run(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
-                                  rules_version=rules_version(),
+                                  rules_version=version,
                                   system=systems.registration(system) if system else None,
                                   witness_keys=witness.public_keys(), records=records)
             report = verified.report
+            admit(report)
 
             _step("rules", sub.pk)
             reasons: list[Reason] = duplicate_of(sub, report["epoch_fingerprints"])
@@ -214,8 +216,27 @@ def _verify(sub: Submission) -> dict[str, Any]:
             "proof": drawn}
 
 
-def rules_version() -> str:
-    return settings.AIPERF_RULES_VERSION or spec_rules.RULES_VERSION
+def rules_version(sub: Submission, run: dict[str, Any]) -> str:
+    """The rules a submission is verified under: those it was verified under before (a re-verification, a
+    rebuild), else the service's own (AIPERF_RULES_VERSION), else those the run declares (spec/rules.py
+    `declared_version`; the current ones if it declares none known)."""
+    declared = spec_rules.declared_version(run)
+    return (sub.rules_version or settings.AIPERF_RULES_VERSION
+            or (declared if declared in spec_rules.THRESHOLDS else spec_rules.RULES_VERSION))
+
+
+def admit(report: dict[str, Any]) -> None:
+    """Add `validity.admitted` to a report: whether its rules version is one the list ranks officially
+    (AIPERF_OFFICIAL_RULES). A result verified under another is listed, in the open division."""
+    admitted, version = ranking.official_rules(), report["rules_version"]
+    ok = version in admitted
+    report["checks"].append(spec_rules.check(
+        "validity.admitted", admitted, version, ok,
+        f"rules {version} are admitted to the official ranking" if ok else
+        f"rules {version} are not admitted to this list's official ranking (it admits {', '.join(admitted)}): "
+        "listed in the open division"))
+    if not ok:
+        report.update(division="open", valid=False)
 
 
 def registered_system(sub: Submission, run: dict[str, Any]) -> System | None:
@@ -283,6 +304,8 @@ def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude
     if result_values["division"] != "official" or not eff:
         return ""
     th = spec_rules.thresholds(result_values["rules_version"])
+    if "review_efficiency_max" not in th:  # rules 1.0: no review
+        return ""
     if eff > th["review_efficiency_max"]:
         return f"efficiency {eff:.1%} of peak is above {th['review_efficiency_max']:.0%}"
     others = Result.objects.live().filter(division="official", system__accelerator_model=accelerator_model)
@@ -415,6 +438,7 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
             asked = bool(current.challenge or current.proof)
             current.challenged_at = now if asked else None
             values["audit"] = Result.Audit.PENDING if asked else Result.Audit.NONE
+        current.rules_version = report["rules_version"]
         result, _ = Result.objects.update_or_create(submission=current, defaults=values)
         EpochFingerprint.objects.filter(submission=current).delete()
         try:
@@ -435,7 +459,7 @@ def _store_result(sub: Submission, token: str, stored: dict[str, Any], *, reveri
         current.claimed_at = None
         current.error = ""
         current.save(update_fields=["status", "reasons", "verified_at", "claim_token", "claimed_at", "updated_at",
-                                    "challenge", "proof", "challenged_at", "error"])
+                                    "challenge", "proof", "challenged_at", "error", "rules_version"])
         ranking.rerank()
         translog.record(result, "reverified" if existing is not None else "accepted")
 

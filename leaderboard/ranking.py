@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
+from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec import translog as spec_translog
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, QuerySet, Window
 from django.db.models.functions import Rank
@@ -43,6 +45,12 @@ PARTITION = spec_translog.RANKED_APART
 
 # Key of the PostgreSQL advisory lock that makes concurrent reranks take turns.
 _RERANK_LOCK = 0x41495046  # "AIPF"
+
+
+def official_rules() -> list[str]:
+    """The rules versions admitted to the official ranking (AIPERF_OFFICIAL_RULES; by default the service's own).
+    The pipeline lists a result verified under another in the open division (`validity.admitted`)."""
+    return list(settings.AIPERF_OFFICIAL_RULES) or [settings.AIPERF_RULES_VERSION or spec_rules.RULES_VERSION]
 
 
 def ranked(results: QuerySet[Result]) -> QuerySet[Ranked]:
@@ -125,6 +133,7 @@ def freeze_edition(edition: Edition, results: QuerySet[Result] | None = None) ->
                       regulated_score_ops=regulated) for pk, division, rank, rank_all, score, regulated in rows),
         batch_size=2000)
     edition.frozen_at = timezone.now()
-    edition.save(update_fields=["frozen_at"])  # the save drops the cached pages (listcache's signals)
+    edition.rules_versions = official_rules()
+    edition.save(update_fields=["frozen_at", "rules_versions"])  # the save drops the cached pages (listcache's signals)
     translog.record_edition(edition)
     return len(entries)

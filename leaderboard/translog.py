@@ -184,7 +184,8 @@ def record_removed(result_ids: list[int], event: str, reason: str) -> list[LogEn
 def record_edition(edition: Edition, by: str = "") -> LogEntry:
     entries = list(edition.entries.order_by("rank").values_list("result_id", "rank"))
     return append({"event": "edition_frozen", "at": timezone.now().isoformat(), "by": by, "reason": "",
-                   "edition": {"id": edition.pk, "name": edition.name, "entries": entries}})
+                   "edition": {"id": edition.pk, "name": edition.name, "entries": entries,
+                               "rules_versions": edition.rules_versions}})
 
 
 def head_json(h: TreeHead) -> dict[str, Any]:

@@ -188,6 +188,13 @@ AIPERF_CHALLENGE_DAYS = env.float("AIPERF_CHALLENGE_DAYS", default=14.0)
 # AIPERF_RULES_FILE, a JSON object {version: {"base": "3.0", threshold: value, ...}}).
 AIPERF_RULES_FILE = env.str("AIPERF_RULES_FILE", default="")
 AIPERF_RULES_VERSION = env.str("AIPERF_RULES_VERSION", default="")
+# Empty: each run is verified under the rules version it declares (a spec 1 log's is told from what its runner
+# wrote), and a re-verification under the version its result was verified under. Set: every new submission is
+# verified under this one (a private list's or a CI service's own version).
+# The rules versions admitted to the official ranking (a result verified under another is listed in the open
+# division, its check `validity.admitted` saying why); an edition records them when it is frozen. Empty: the
+# service's rules version (AIPERF_RULES_VERSION, else the spec's current one) alone.
+AIPERF_OFFICIAL_RULES = env.list("AIPERF_OFFICIAL_RULES", default=[])
 
 # ---- Celery (server/celery.py reads the CELERY_ names) --------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")

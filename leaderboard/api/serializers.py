@@ -281,7 +281,7 @@ class EditionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Edition
-        fields = ["id", "name", "title", "notes", "created_at", "frozen_at", "entries"]
+        fields = ["id", "name", "title", "notes", "created_at", "frozen_at", "rules_versions", "entries"]
 
 
 class SubmissionSerializer(serializers.ModelSerializer):

@@ -13,6 +13,7 @@ from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.eventlog import EventWriter
 from aiperf_runner.spec.graph import Graph
 from aiperf_runner.spec.records import EpochEnd
+from aiperf_runner.spec.rules import RULES_VERSION
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 T0 = 1_764_530_000.0
@@ -42,8 +43,8 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     hparams = {"batch_size": 32, "lr": 0.05, "weight_decay": 5e-4, "label_smoothing": 0.0, "dropout": 0.0}
     dataset = {"name": "smoke", "train_images": 4000, "val_images": 2000, "classes": 10, "image_size": 16}
     _write_json(root / "run.json", {
-        "run_id": RUN_ID, "runner_version": __version__, "spec_version": SPEC_VERSION, "rules": "v2",
-        "preset": "smoke", "precision": "fp32", "seed": 0, "created_at": T0,
+        "run_id": RUN_ID, "runner_version": __version__, "spec_version": SPEC_VERSION, "rules_version": RULES_VERSION,
+        "rules": "v2", "preset": "smoke", "precision": "fp32", "seed": 0, "created_at": T0,
         "config": {"slots": 1, "devices_per_slot": 1, "duration_s": 60, "backend": "local"},
         "system": {"nodes": 1, "cpu_model": "test cpu", "cpu_cores": 2, "accelerators": [],
                    "accelerator_model": "cpu", "accelerator_count": 0, "torch": None, "cuda": None},
@@ -60,7 +61,7 @@ def make_run(root: Path, epochs: int = 3) -> Path:
     with EventWriter(root / "events.jsonl", clock=clock) as log, \
          EventWriter(trial / "events.jsonl", clock=clock) as tlog:
         log.append("run_started", run_id=RUN_ID, preset="smoke", rules="v2", slots=1,
-                   runner_version=__version__, spec_version=SPEC_VERSION, precision="fp32", devices_per_slot=1,
+                   runner_version=__version__, spec_version=SPEC_VERSION, rules_version=RULES_VERSION, precision="fp32", devices_per_slot=1,
                    dataset=dataset)
         log.append("trial_proposed", trial="t0000", arch_hash=graph.hash(), parent=None, morphisms=[],
                    hparams=hparams, hparam_source="seed", round=0, epoch_budget=epochs)

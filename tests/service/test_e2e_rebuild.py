@@ -1,21 +1,28 @@
-"""`manage.py aiperf_rebuild --check` on PostgreSQL: the end-to-end results rebuilt from their bundles
-with zero differences (demo results and refused uploads, which keep no bundle, skipped), and a stored figure changed behind the
-service's back found. About 40 s (a stack, two verified uploads, three rebuilds)."""
+"""`manage.py aiperf_rebuild --check` on PostgreSQL: the end-to-end results, and a stored run of every released
+spec and rules version (tests/fixtures/runs/), rebuilt from their bundles with zero differences (demo results and
+refused uploads, which keep no bundle, skipped), and a stored figure changed behind the service's back found.
+About 50 s (a stack, seven verified uploads, three rebuilds)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from aiperf_runner.spec.rules import RULES_VERSION
 
 from devdata.runfactory import make_run
 from tests.helpers import REPO
 from tests.service.stack import BIN, Stack, witnessed_stack
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+STORED = REPO / "tests" / "fixtures" / "runs"
+STORED_RUNS = sorted(p.name for p in STORED.iterdir() if (p / "expected.json").exists())
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +53,26 @@ def scratch_databases(stack: Stack) -> list[str]:
     return [r[0] for r in stack.sql("SELECT datname FROM pg_database WHERE datname LIKE 'aiperf_rebuild_%%'")]
 
 
+def submit_stored_run(stack: Stack, token: str, name: str) -> dict:
+    """Upload a stored run of tests/fixtures/runs/ (signed by its own key, registered first) and wait for it."""
+    auth = {"Authorization": f"Token {token}"}
+    key = (STORED / name / "site_key.pub").read_text()
+    r = httpx.post(f"{stack.url}/api/v1/keys/", json={"public_key": key, "label": name}, headers=auth, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    with open(STORED / name / "run.tar.gz", "rb") as fh:
+        r = httpx.post(f"{stack.url}/api/v1/submissions/", files={"bundle": ("run.tar.gz", fh)}, headers=auth,
+                       timeout=60)
+    assert r.status_code in (200, 201, 202), r.text
+    url = f"{stack.url}/api/v1/submissions/{r.json()['id']}/"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sub = httpx.get(url, headers=auth, timeout=30).json()
+        if sub["status"] not in ("received", "verifying"):
+            return sub
+        time.sleep(0.5)
+    raise AssertionError(f"{name}: still {sub['status']}")
+
+
 def test_rebuilt_results_equal_the_stored_ones(stack, tmp_path):
     # Beta's epochs repeat Alpha's (same timings): refused as a duplicate (a refused bundle is not kept, so
     # there is nothing to rebuild it from; it must not disturb the others).
@@ -55,6 +82,20 @@ def test_rebuilt_results_equal_the_stored_ones(stack, tmp_path):
         make_run(tmp_path / name, slots=2, trials=5, epoch_seconds=epoch_s, seed=len(name))
         sub = stack.submit(tmp_path / name, token, config)
         assert sub["status"] == status, json.dumps(sub)[:1500]
+    # A stored run of every released spec and rules version, each verified under the rules it declares; only
+    # the service's own version is admitted to the official ranking.
+    token = stack.manage("aiperf_site", "create", "Versions Lab", "--country", "FR").stdout.strip()
+    for name in STORED_RUNS:
+        sub = submit_stored_run(stack, token, name)
+        assert sub["status"] == "verified", json.dumps(sub)[:1500]
+        expected = json.loads((STORED / name / "expected.json").read_text())["report"]
+        (version, spec, score, admitted), = stack.sql(
+            "SELECT r.rules_version, r.spec_version, r.score_ops, c->>'passed' FROM leaderboard_result r, "
+            "jsonb_array_elements(r.report->'checks') c WHERE r.submission_id = %s AND c->>'name' = "
+            "'validity.admitted'", sub["id"])
+        assert (spec, score) == (("2" if name.startswith("spec2") else "1"), expected["score_ops"]), name
+        assert version == (expected["rules_version"] if name != "spec1-rules3.1" else "3.0"), name
+        assert admitted == ("true" if version == RULES_VERSION else "false"), name
     stack.manage("aiperf_demo_data", "--results", "6")  # generated results: no bundle to rebuild from
     before = scratch_databases(stack)
     out = rebuild(stack, "--json")
@@ -62,7 +103,8 @@ def test_rebuilt_results_equal_the_stored_ones(stack, tmp_path):
     report = json.loads(out.stdout)
     print(f"aiperf_rebuild --check: {report['reverified']} re-verified, {report['skipped_without_bundle']} skipped, "
           f"{len(report['differ'])} differ")
-    assert report["reverified"] == 2 and report["compared"] == 2 and report["differ"] == []
+    runs = 2 + len(STORED_RUNS)
+    assert report["reverified"] == runs and report["compared"] == runs and report["differ"] == []
     assert report["skipped_without_bundle"] >= 7
     assert scratch_databases(stack) == before  # the scratch database is dropped
 
@@ -88,7 +130,7 @@ def test_a_result_changed_behind_the_services_back_is_found(stack, tmp_path):
     out = rebuild(stack)
     assert out.returncode != 0
     assert f"submission {result[1]} " in out.stdout and "score_ops" in out.stdout, out.stdout + out.stderr
-    assert "1 of 2 result(s) differ" in out.stdout + out.stderr
+    assert f"1 of {2 + len(STORED_RUNS)} result(s) differ" in out.stdout + out.stderr
     assert f"not in the list's log: result {result[0]}: score_ops" in out.stdout, out.stdout
     code, verdict = check_list(stack, reader)
     assert code == 1 and any(p.startswith(f"result {result[0]}: score_ops is ") for p in verdict["problems"]), verdict

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from aiperf_runner.spec import bundle, keys, seeds
+from aiperf_runner.spec import SPEC_VERSION, bundle, keys, seeds
 from aiperf_runner.spec import rules as R
 from aiperf_runner.spec.eventlog import iter_events
 from aiperf_runner.spec.flops import flops_per_image
@@ -33,7 +33,7 @@ def test_report_fields(run: Path) -> None:
     report = verify(run)
     assert set(report) == FIELDS == set(REPORT_FIELDS)
     json.dumps(report, allow_nan=False)  # plain JSON
-    assert report["rules"] == "v2" and report["rules_version"] == R.RULES_VERSION == "3.1" and report["spec_version"] == "1"
+    assert report["rules"] == "v2" and report["rules_version"] == R.RULES_VERSION == "3.1" and report["spec_version"] == SPEC_VERSION == "2"
     assert report["run_id"] == json.loads((run / "run.json").read_text())["run_id"]
     assert report["trials_finished"] == 12 and report["epochs"] == 60
     assert report["fingerprint"] is None

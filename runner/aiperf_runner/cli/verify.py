@@ -74,6 +74,10 @@ def verify(
                                                 help="Public key file (site_key.pub) the run must be signed with.")] = None,
     rules: Annotated[str | None, typer.Option("--rules", metavar="v1-compat|v2", show_default=False,
                                               help="FLOP rules to score with (default: the run's own).")] = None,
+    rules_version: Annotated[str | None, typer.Option(
+        "--rules-version", metavar="VERSION", show_default=False,
+        help="The rules version to check under (default: the one the run declares; a spec 1 log's is told from "
+             "what its runner wrote).")] = None,
     require_signature: Annotated[bool, typer.Option("--require-signature",
                                                     help="Fail integrity if the run is not signed.")] = False,
     system: Annotated[Path | None, typer.Option(
@@ -92,14 +96,17 @@ def verify(
 
     Prints a summary and a table of every check (threshold, measured value, outcome), or with --json the full report (what the AIPerf service stores). FLOPs are recomputed from each trial's graph.json, never read from the log.
 
-    Exit codes: 0 integrity OK (whatever the division and the other checks), 1 integrity failed (hash chain, signature, manifest, schema, versions, graphs or bound rules), 2 usage error (missing path, unknown --rules, unreadable --pubkey or --system).
+    Exit codes: 0 integrity OK (whatever the division and the other checks), 1 integrity failed (hash chain, signature, manifest, schema, versions, graphs or bound rules), 2 usage error (missing path, unknown --rules or --rules-version, unreadable --pubkey or --system).
     """
     from aiperf_runner.spec import keys
+    from aiperf_runner.spec.rules import THRESHOLDS
     from aiperf_runner.spec.scoring import RULES
     from aiperf_runner.spec.verify import verify as run_verify
 
     if rules is not None and rules not in RULES:
         raise UsageError(f"unknown --rules {rules!r} (expected {' or '.join(RULES)})")
+    if rules_version is not None and rules_version not in THRESHOLDS:
+        raise UsageError(f"unknown --rules-version {rules_version!r} (known: {', '.join(THRESHOLDS)})")
     if not path.exists():
         raise UsageError(f"{path} does not exist")
     key = None
@@ -126,7 +133,8 @@ def verify(
         if not isinstance(registration, dict):
             raise UsageError(f"--system {system}: expected one JSON object (a registered system)")
     try:
-        report = run_verify(path, pubkey=key, rules=rules, require_signature=require_signature, system=registration,
+        report = run_verify(path, pubkey=key, rules=rules, rules_version=rules_version,
+                            require_signature=require_signature, system=registration,
                             witness_keys=witness_keys)
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None

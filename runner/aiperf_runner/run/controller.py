@@ -210,7 +210,7 @@ class Controller:
         witnessed = {"token": token["token"]} if token else {}
         self._log("run_started", run_id=self.run_json["run_id"], preset=config.preset, rules=config.rules,
                   slots=len(self.slots), runner_version=__version__, spec_version=SPEC_VERSION,
-                  precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset,
+                  rules_version=self.run_json["rules_version"], precision=config.precision, devices_per_slot=config.devices_per_slot, dataset=dataset,
                   **witnessed)
         if token is not None and service is not None:
             self._start_witnessing(Witnessing(service, str(self.run_json["run_id"]),

@@ -19,6 +19,7 @@ from aiperf_runner.run.heartbeats import ask_token
 from aiperf_runner.rundir import privacy
 from aiperf_runner.rundir.config import ControllerError, RunConfig
 from aiperf_runner.spec import SPEC_VERSION
+from aiperf_runner.spec.rules import RULES_VERSION
 from aiperf_runner.util import sysinfo
 
 
@@ -114,6 +115,7 @@ def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config
         "run_id": token["run_id"] if token else secrets.token_hex(16),
         "runner_version": __version__,
         "spec_version": SPEC_VERSION,
+        "rules_version": RULES_VERSION,
         "rules": config.rules,
         "preset": config.preset,
         "precision": config.precision,

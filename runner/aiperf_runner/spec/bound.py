@@ -21,7 +21,7 @@ from .logaudit import Findings
 from .replay import Replay
 from .runio import RunDir, RunIOError, canonical_digest
 
-RUN_STARTED_BOUND = ("rules", "preset", "precision", "slots", "devices_per_slot")
+RUN_STARTED_BOUND = ("rules", "rules_version", "preset", "precision", "slots", "devices_per_slot")
 DATASET_BOUND = ("train_images", "val_images", "classes", "image_size")
 
 

@@ -17,7 +17,6 @@ from . import schema
 from .replay import Attempt, Replay, TrialState
 
 MAX_MESSAGES = 5
-MAIN_TYPES = schema.types(schema.MAIN)
 
 
 def _fmt(x: float | None) -> str:
@@ -68,6 +67,10 @@ class LogAudit:
         self.flops_for = flops_for
         self.slot_peak = slot_peak
         self.run_id = run.get("run_id")
+        # The schema of the spec version run.json declares (a log is read as the version it was written to;
+        # versions differ only in run_started, so the planned lines of spec/epochplan.py need no choice).
+        self.spec = schema.for_version(run.get("spec_version"))
+        self._main_types = self.spec.types(schema.MAIN)
         cfg = _dict(run.get("config"))
         self.run_slots = _count(cfg.get("slots"), 1)
         ds = _dict(run.get("dataset"))
@@ -123,8 +126,8 @@ class LogAudit:
             return
         # The compiled check first (one call); the first bad field is looked for only when it fails.
         kind = data["type"]
-        problem = (None if type(kind) is str and kind in MAIN_TYPES and schema.valid(data)
-                   else schema.problem(data))
+        problem = (None if type(kind) is str and kind in self._main_types and self.spec.valid(data)
+                   else self.spec.problem(data))
         if problem is not None:
             self.schema.add(line, problem)
             return

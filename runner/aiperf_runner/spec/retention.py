@@ -21,7 +21,9 @@ WEIGHTS = "weights.safetensors"
 
 
 def share(th: Mapping[str, Any], preset: Any) -> float:
-    table = th["weights_keep_share"]
+    table = th.get("weights_keep_share")
+    if not table:  # rules 1.0 kept no weights
+        return 0.0
     return float(table.get(preset, table["default"]))
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from . import SPEC_VERSION, presetfacts
+from . import presetfacts
 from .logaudit import MAX_MESSAGES, Findings, LogAudit
 from .peaks import PRECISIONS
 from .schema import run_json_problems
@@ -38,16 +38,18 @@ BLOCKING = ("integrity.", "plausibility.", "system.devices", "witness.receipts",
 """Checks (by name prefix) whose failure rejects a result: the log is broken or claims the impossible."""
 
 THRESHOLDS: dict[str, dict[str, Any]] = {
-    "2.0": {
+    # 1.0, as released (30 November 2026): the run's own declared peak, no registered systems, no witness;
+    # official = integrity and validity passed.
+    "1.0": {
         # integrity
-        "spec_versions": [SPEC_VERSION],
+        "spec_versions": ["1"],
         "flop_rules": ["v2", "v1-compat"],
         # validity (official division)
-        "official_rules": "v2",
         "official_preset": "imagenet",
         "min_duration_s": 3600.0,
         "precisions": list(PRECISIONS),
         "min_max_accuracy": 0.70,
+        "imagenet_val_images": 50_000,
         # stability
         "stability_window": 0.5,      # the last half of the run
         "max_score_cv": 0.10,         # coefficient of variation of the score series in the window
@@ -59,20 +61,27 @@ THRESHOLDS: dict[str, dict[str, Any]] = {
         "clock_skew_s": 60.0,         # trial clocks vs the controller's
         "epoch_images_slack": 0.01,   # images trained per epoch <= train_images x (1 + slack) + pad
         "epoch_images_pad": 1024,
-        # witness (the service's receipts)
-        "heartbeat_interval_s": 60.0,         # the default interval a run token sets
-        "heartbeat_interval_bounds": [5.0, 300.0],
-        "witness_max_gap_intervals": 5,       # longest stretch without a receipt, in heartbeat intervals
-        "witness_tolerance_s": 60.0,          # the controller's clock against the service's
-        "witness_duration_relative": 0.01,    # the log's duration may differ from the witnessed by 1 % (+ tolerance)
-        # proof of training: kept weights and the service's audit
-        "weights_keep_share": {"imagenet": 0.01, "default": 0.05},  # share of trials whose weights a beacon keeps
-        "audit_accuracy_fixed": 0.01,         # re-evaluated accuracy may differ by this
-        "audit_accuracy_sigmas": 3.0,         # ... plus this many binomial standard deviations
-        # review by a list maintainer before publication (the service)
-        "review_efficiency_vs_best": 1.25,  # x the best official efficiency on the same accelerator model
-        "review_efficiency_max": 0.6,       # of peak, outright
     },
+}
+# 2.0: 1.0 (the preset's validation set held by spec/presetfacts.py for every preset), with registered systems,
+# the witness, the weights kept for the audit, review, and `v2` only in the official division.
+THRESHOLDS["2.0"] = {
+    **{k: v for k, v in THRESHOLDS["1.0"].items() if k != "imagenet_val_images"},
+    "spec_versions": ["1", "2"],  # as released: "1"; spec 2 only adds the rules version a run declares
+    "official_rules": "v2",
+    # witness (the service's receipts)
+    "heartbeat_interval_s": 60.0,         # the default interval a run token sets
+    "heartbeat_interval_bounds": [5.0, 300.0],
+    "witness_max_gap_intervals": 5,       # longest stretch without a receipt, in heartbeat intervals
+    "witness_tolerance_s": 60.0,          # the controller's clock against the service's
+    "witness_duration_relative": 0.01,    # the log's duration may differ from the witnessed by 1 % (+ tolerance)
+    # proof of training: kept weights and the service's audit
+    "weights_keep_share": {"imagenet": 0.01, "default": 0.05},  # share of trials whose weights a beacon keeps
+    "audit_accuracy_fixed": 0.01,         # re-evaluated accuracy may differ by this
+    "audit_accuracy_sigmas": 3.0,         # ... plus this many binomial standard deviations
+    # review by a list maintainer before publication (the service)
+    "review_efficiency_vs_best": 1.25,  # x the best official efficiency on the same accelerator model
+    "review_efficiency_max": 0.6,       # of peak, outright
 }
 # 3.0: 2.0 and proof of the work (spec/proof.py). A segment of `commit_every_steps` steps is what the
 # service's audit re-executes. Short, because training amplifies rounding: on the smoke network a replay
@@ -113,6 +122,51 @@ THRESHOLDS["3.0"] = {
 # which a CPU runs as fp32).
 THRESHOLDS["3.1"] = {**THRESHOLDS["3.0"], "cpu_clock_ghz": 3.5, "facts_exact": True, "audit_private_split": True,
                      "audit_replay_tolerance": {"default": 0.2, "bf16": 0.25, "fp16": 0.25}}
+
+
+RELEASED = tuple(THRESHOLDS)
+"""The spec's own rules versions, oldest first; every one stays, and a log is verified under the one it declares."""
+
+INTRODUCED = {"integrity.bound": "2.0", "validity.rules": "2.0", "system.": "2.0", "witness.": "2.0",
+              "audit.retention": "2.0", "audit.commitments": "3.0"}
+"""Checks (by name prefix) that a rules version makes, with the version that brought them; older versions make
+only the others."""
+
+
+def released(th: Mapping[str, Any]) -> str:
+    """The released rules version a table is, or is built on (a service's own version names its base)."""
+    base = th.get("_base")
+    if base is not None:
+        return released(THRESHOLDS[base])
+    return next((name for name, table in THRESHOLDS.items() if table is th), None) or \
+        next((name for name in RELEASED if THRESHOLDS[name] == th), RULES_VERSION)
+
+
+def _order(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def in_force(name: str, th: Mapping[str, Any]) -> bool:
+    """Whether the rules version `th` makes the check `name`."""
+    since = next((v for prefix, v in INTRODUCED.items() if name.startswith(prefix)), None)
+    return since is None or _order(released(th)) >= _order(since)
+
+
+def declared_version(run: Mapping[str, Any]) -> str | None:
+    """The rules version a run was made for: run.json's `rules_version` (spec 2). Spec 1 logs do not say; their
+    runners are told apart by what they wrote: `config.keep_states` from the runners of rules 3.0 (3.1's
+    runners wrote the same: the service knows which a stored result was verified under),
+    `config.system_id` from those of 2.0, neither before (1.0)."""
+    declared = run.get("rules_version")
+    if isinstance(declared, str):
+        return declared
+    if run.get("spec_version") != "1":
+        return None
+    config = run.get("config") if isinstance(run.get("config"), Mapping) else {}
+    assert isinstance(config, Mapping)
+    if "keep_states" in config:
+        return "3.0"
+    return "2.0" if "system_id" in config else "1.0"
 
 
 RUNNER_SIDE = ("weights_keep_share", "states_keep_share", "commit_every_steps")
@@ -168,8 +222,10 @@ def blocking(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in checks if not c["passed"] and c["name"].startswith(BLOCKING)]
 
 
-def official(checks: list[dict[str, Any]]) -> bool:
-    """Every check of every group passed."""
+def official(checks: list[dict[str, Any]], th: Mapping[str, Any] | None = None) -> bool:
+    """Every check of every group passed (1.0: integrity and validity)."""
+    if th is not None and released(th) == "1.0":
+        return all_passed(checks, "integrity") and all_passed(checks, "validity")
     return all(all_passed(checks, g) for g in GROUPS)
 
 
@@ -236,8 +292,13 @@ def check_versions(run: Mapping[str, Any], th: Mapping[str, Any]) -> dict[str, A
         problems.append(f"runner version {runner!r} is not a version string")
     if rules not in th["flop_rules"]:
         problems.append(f"FLOP rules {rules!r} are not known (known: {', '.join(th['flop_rules'])})")
+    measured = {"spec": spec, "runner": runner, "rules": rules}
+    if "rules_version" in run:  # spec 2 declares it
+        measured["rules_version"] = declared = run["rules_version"]
+        if declared not in THRESHOLDS:
+            problems.append(f"rules version {declared!r} is not known (known: {', '.join(RELEASED)})")
     return check("integrity.versions", {"spec": th["spec_versions"], "rules": th["flop_rules"]},
-                 {"spec": spec, "runner": runner, "rules": rules}, not problems,
+                 measured, not problems,
                  "; ".join(problems) or f"spec {spec}, runner {runner}, rules {rules}")
 
 
@@ -293,6 +354,8 @@ def check_full_validation(audit: LogAudit, preset: Any, epochs: int, th: Mapping
     threshold: Any = val
     problems = []
     fixed = presetfacts.get(preset)
+    if "imagenet_val_images" in th:  # 1.0 held only the official preset to its validation set
+        fixed = presetfacts.get(th["official_preset"]) if preset == th["official_preset"] else None
     if fixed is not None and fixed.val_images is not None:
         threshold = fixed.val_images
         if val != fixed.val_images:

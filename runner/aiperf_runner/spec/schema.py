@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from . import records
+from . import SPEC_VERSION, records
 from .fields import (
     NAMESPACE,
     Field,
@@ -51,7 +51,8 @@ class EventType:
 EVENTS: dict[str, EventType] = {e.name: e for e in (
     EventType("run_started", (MAIN,), (
         run_id_field(), string("preset"), string("rules"), pos("slots"), string("runner_version"),
-        string("spec_version"), string("precision"), pos("devices_per_slot"),
+        string("spec_version"), string("rules_version", "(the rules version the run was made for; spec 2)"),
+        string("precision"), pos("devices_per_slot"),
         obj("dataset", "(train_images, val_images, classes, image_size: as run.json)"),
         obj("token", "(the service's run token: statement and signature; absent when unwitnessed)", required=False)),
         "the first line of the log"),
@@ -135,16 +136,26 @@ EVENTS: dict[str, EventType] = {e.name: e for e in (
 )}
 
 RUN_JSON = EventType("run.json", (), (
-    run_id_field(), string("runner_version"), string("spec_version"), string("rules"), string("preset"),
-    string("precision"), obj("config"), obj("system"), obj("declared_peak_flops"), obj("dataset")))
+    run_id_field(), string("runner_version"), string("spec_version"), string("rules_version"), string("rules"),
+    string("preset"), string("precision"), obj("config"), obj("system"), obj("declared_peak_flops"), obj("dataset")))
 
 
-def types(log: str = MAIN) -> frozenset[str]:
-    """The event types a log of this kind may hold."""
-    return frozenset(name for name, e in EVENTS.items() if log in e.logs)
+# ---- the released versions ----------------------------------------------------------------------------
+def _widened(et: EventType, dropped: frozenset[str], optional: frozenset[str]) -> EventType:
+    """`et` without the fields `dropped` and with the fields `optional` no longer required."""
+    fields = tuple(replace(f, required=False) if f.name in optional else f for f in et.fields if f.name not in dropped)
+    return replace(et, fields=fields)
 
 
-# ---- validators, compiled from the table ---------------------------------------------------------------
+_SINCE_2 = frozenset({"rules_version"})
+# Spec 1 as the verifier reads it: the union of what its runners wrote. The first runners (to 1 December,
+# rules 1.0) wrote run_started without precision, devices_per_slot and dataset; the runners of rules 2.0 to 3.1
+# added them (and new event types and optional fields) while still writing "1".
+SPEC_1_EVENTS = {**EVENTS, "run_started": _widened(
+    EVENTS["run_started"], _SINCE_2, frozenset({"precision", "devices_per_slot", "dataset"}))}
+SPEC_1_RUN_JSON = _widened(RUN_JSON, _SINCE_2, frozenset())
+
+
 def _compile_valid(et: EventType) -> Callable[[Mapping[str, Any]], bool]:
     lines = ["def valid(d):", "    try:"]
     for f in et.fields:
@@ -165,54 +176,97 @@ def _compile_field(f: Field) -> Callable[[Any], bool]:
     return check
 
 
-_VALID = {name: _compile_valid(et) for name, et in EVENTS.items()}
-_FIELD_CHECKS = {name: [(f.name, _compile_field(f), f.expects, f.required) for f in et.fields]
-                 for name, et in EVENTS.items()}
-_RUN_JSON_CHECKS = [(f.name, _compile_field(f), f.expects) for f in RUN_JSON.fields]
+class Schema:
+    """One spec version's schema: the event types and run.json, compiled into validators."""
 
-valid_epoch_end = _VALID["epoch_end"]
-"""`valid` for `epoch_end`, the bulk of a log: one call, no dispatch."""
+    def __init__(self, version: str, events: Mapping[str, EventType], run_json: EventType) -> None:
+        self.version, self.events, self.run_json = version, dict(events), run_json
+        self._valid = {name: _compile_valid(et) for name, et in self.events.items()}
+        self._field_checks = {name: [(f.name, _compile_field(f), f.expects, f.required) for f in et.fields]
+                              for name, et in self.events.items()}
+        self._run_json_checks = [(f.name, _compile_field(f), f.expects, f.required) for f in run_json.fields]
+        self.valid_epoch_end = self._valid["epoch_end"]
+
+    def types(self, log: str = MAIN) -> frozenset[str]:
+        """The event types a log of this kind may hold."""
+        return frozenset(name for name, e in self.events.items() if log in e.logs)
+
+    def valid(self, d: Mapping[str, Any]) -> bool:
+        """True if the event has a known type and every field of its type is present and well-formed."""
+        check = self._valid.get(d.get("type"))  # type: ignore[arg-type]
+        return check is not None and check(d)
+
+    def problem(self, d: Mapping[str, Any], log: str = MAIN) -> str | None:
+        """Why an event does not match its type's schema (the first bad field), or None."""
+        kind = d.get("type")
+        et = self.events.get(kind) if isinstance(kind, str) else None
+        if et is None or log not in et.logs:
+            return f"unknown event type {kind!r}"
+        for key, ok, expects, required in self._field_checks[et.name]:
+            if key not in d:
+                if not required:
+                    continue
+                return f"{kind}: missing field {key!r}"
+            if not ok(d[key]):
+                return f"{kind}: field {key!r} is {d[key]!r}, expected {expects}"
+        return None
+
+    def run_json_problems(self, run: Mapping[str, Any]) -> list[str]:
+        """What is missing or mistyped in run.json (the fields verification needs)."""
+        problems = []
+        for key, ok, expects, required in self._run_json_checks:
+            if key not in run:
+                if required:
+                    problems.append(f"run.json: missing field {key!r}")
+            elif not ok(run[key]):
+                problems.append(f"run.json: field {key!r} is {run[key]!r}, expected {expects}")
+        cfg = run.get("config")
+        if isinstance(cfg, dict) and not (type(cfg.get("slots")) is int and cfg["slots"] >= 1):
+            problems.append(f"run.json: config.slots is {cfg.get('slots')!r}, expected an integer >= 1")
+        ds = run.get("dataset")
+        if isinstance(ds, dict):
+            for key in ("train_images", "val_images"):
+                if not (type(ds.get(key)) is int and ds[key] >= 0):
+                    problems.append(f"run.json: dataset.{key} is {ds.get(key)!r}, expected an integer >= 0")
+        return problems
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what the schema accepts: every event type's logs and fields (name, check, required),
+        run.json's, and the enumerations and patterns the checks use. Documentation phrases do not count. A
+        released spec version's fingerprints are recorded (tests/golden/log_schema_versions.json): a change to
+        what the schema accepts is either compatible (recorded under the same version, with its reason) or a
+        new SPEC_VERSION."""
+
+        def fields(et: EventType) -> list[list[Any]]:
+            return [[f.name, f.expr, f.required] for f in et.fields]
+
+        names = {k: (sorted(v) if isinstance(v, set | frozenset | list | tuple) else
+                     getattr(v, "pattern", None) or getattr(v, "__name__", repr(v)))
+                 for k, v in NAMESPACE.items()}
+        accepted = {"events": {name: {"logs": list(et.logs), "fields": fields(et)}
+                               for name, et in sorted(self.events.items())},
+                    "run.json": fields(self.run_json), "names": names}
+        return hashlib.sha256(json.dumps(accepted, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def valid(d: Mapping[str, Any]) -> bool:
-    """True if the event has a known type and every field of its type is present and well-formed."""
-    check = _VALID.get(d.get("type"))  # type: ignore[arg-type]
-    return check is not None and check(d)
+SCHEMAS: dict[str, Schema] = {"1": Schema("1", SPEC_1_EVENTS, SPEC_1_RUN_JSON), "2": Schema("2", EVENTS, RUN_JSON)}
+"""Every released spec version's schema (spec.SPEC_VERSIONS); the last is the one runners write."""
+
+CURRENT = SCHEMAS[SPEC_VERSION]
 
 
-def problem(d: Mapping[str, Any], log: str = MAIN) -> str | None:
-    """Why an event does not match its type's schema (the first bad field), or None."""
-    kind = d.get("type")
-    et = EVENTS.get(kind) if isinstance(kind, str) else None
-    if et is None or log not in et.logs:
-        return f"unknown event type {kind!r}"
-    for key, ok, expects, required in _FIELD_CHECKS[et.name]:
-        if key not in d:
-            if not required:
-                continue
-            return f"{kind}: missing field {key!r}"
-        if not ok(d[key]):
-            return f"{kind}: field {key!r} is {d[key]!r}, expected {expects}"
-    return None
+def for_version(spec_version: Any) -> Schema:
+    """The schema of a log that declares `spec_version`; the current one for a version never released (the
+    `integrity.versions` check fails such a log)."""
+    return SCHEMAS.get(spec_version, CURRENT) if isinstance(spec_version, str) else CURRENT
 
 
-def run_json_problems(run: Mapping[str, Any]) -> list[str]:
-    """What is missing or mistyped in run.json (the fields verification needs)."""
-    problems = []
-    for key, ok, expects in _RUN_JSON_CHECKS:
-        if key not in run:
-            problems.append(f"run.json: missing field {key!r}")
-        elif not ok(run[key]):
-            problems.append(f"run.json: field {key!r} is {run[key]!r}, expected {expects}")
-    cfg = run.get("config")
-    if isinstance(cfg, dict) and not (type(cfg.get("slots")) is int and cfg["slots"] >= 1):
-        problems.append(f"run.json: config.slots is {cfg.get('slots')!r}, expected an integer >= 1")
-    ds = run.get("dataset")
-    if isinstance(ds, dict):
-        for key in ("train_images", "val_images"):
-            if not (type(ds.get(key)) is int and ds[key] >= 0):
-                problems.append(f"run.json: dataset.{key} is {ds.get(key)!r}, expected an integer >= 0")
-    return problems
+# The current version's, for writers and the hot paths (epoch_end is the same in every version).
+types = CURRENT.types
+valid = CURRENT.valid
+valid_epoch_end = CURRENT.valid_epoch_end
+problem = CURRENT.problem
+run_json_problems = CURRENT.run_json_problems
 
 
 # ---- documentation -----------------------------------------------------------------------------------
@@ -226,21 +280,9 @@ def markdown_table(log: str = MAIN) -> str:
     return "\n".join(rows)
 
 
-def fingerprint() -> str:
-    """SHA-256 of what the schema accepts: every event type's logs and fields (name, check, required), run.json's,
-    and the enumerations and patterns the checks use. Documentation phrases do not count. A released spec
-    version's fingerprints are recorded (tests/golden/log_schema_versions.json): a change to what the schema
-    accepts is either compatible (recorded under the same version, with its reason) or a new SPEC_VERSION."""
-
-    def fields(et: EventType) -> list[list[Any]]:
-        return [[f.name, f.expr, f.required] for f in et.fields]
-
-    names = {k: (sorted(v) if isinstance(v, set | frozenset | list | tuple) else
-                 getattr(v, "pattern", None) or getattr(v, "__name__", repr(v)))
-             for k, v in NAMESPACE.items()}
-    accepted = {"events": {name: {"logs": list(et.logs), "fields": fields(et)} for name, et in sorted(EVENTS.items())},
-                "run.json": fields(RUN_JSON), "names": names}
-    return hashlib.sha256(json.dumps(accepted, sort_keys=True, default=str).encode()).hexdigest()
+def fingerprint(spec_version: str = SPEC_VERSION) -> str:
+    """`Schema.fingerprint` of a released spec version (the current one by default)."""
+    return SCHEMAS[spec_version].fingerprint()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import SPEC_VERSION, hardware, proof
+from . import SPEC_VERSION, hardware, proof, schema
 from . import rules as R
 from .bound import bound_findings
 from .eventlog import LogError
@@ -48,13 +48,15 @@ reference tests compare it with)."""
 
 
 def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
-           require_signature: bool = False, rules_version: str = R.RULES_VERSION,
+           require_signature: bool = False, rules_version: str | None = None,
            workers: int | None = None, system: Mapping[str, Any] | None = None,
            witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None) -> dict[str, Any]:
     """Verify a run directory or a bundle (.tar.gz); see docs/internals.md, "Verification".
 
     `pubkey`: the key the result must be signed with (anything `keys.load_public_key` accepts).
     `rules`: FLOP rules to score with ("v2" / "v1-compat"); default: the run's own.
+    `rules_version`: the rules to check under; default: the version the run declares (`rules.declared_version`),
+    the current one if it declares none that is known.
     `require_signature`: an unsigned run fails integrity (the service sets it; local runs need not).
     `workers`: processes for reading the trials' files and analysing their graphs, and for reading
     a large log in chunks (default: one per CPU; at most 4 for the log; 1 = none). Runs with few
@@ -79,7 +81,7 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
         try:
             safe_extract(path, root)
         except BundleError as exc:
-            report = _empty_report(rules or DEFAULT_RULES, rules_version)
+            report = _empty_report(rules or DEFAULT_RULES, rules_version or R.RULES_VERSION)
             report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
                                         None, False, str(exc))]
             return report
@@ -97,7 +99,7 @@ class Verified(NamedTuple):
 
 
 def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
-               require_signature: bool = False, rules_version: str = R.RULES_VERSION,
+               require_signature: bool = False, rules_version: str | None = None,
                workers: int | None = None, system: Mapping[str, Any] | None = None,
                witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None) -> Verified:
     """`verify` of a run directory (not a bundle: NotADirectoryError), with its replay and RunDir."""
@@ -108,11 +110,12 @@ def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *
                        records)
 
 
-def _arguments(path: str | Path, pubkey: Any, rules: str | None, rules_version: str) -> tuple[Any, Path]:
+def _arguments(path: str | Path, pubkey: Any, rules: str | None, rules_version: str | None) -> tuple[Any, Path]:
     """The checked arguments of `verify`: (the public key loaded, the path, which exists)."""
     if rules is not None:
         check_rules(rules)
-    R.thresholds(rules_version)
+    if rules_version is not None:
+        R.thresholds(rules_version)
     if pubkey is not None:
         from . import keys
 
@@ -123,11 +126,11 @@ def _arguments(path: str | Path, pubkey: Any, rules: str | None, rules_version: 
     return pubkey, path
 
 
-def _empty_report(rules: str, rules_version: str) -> dict[str, Any]:
+def _empty_report(rules: str, rules_version: str, spec_version: Any = SPEC_VERSION) -> dict[str, Any]:
     return {"integrity_ok": False, "rules": rules, "score_ops": 0.0, "regulated_score_ops": 0.0,
             "max_accuracy": 0.0, "duration_s": 0.0, "trials_finished": 0, "epochs": 0, "checks": [],
             "run_id": None, "fingerprint": None, "division": "open", "series": [], "valid": False,
-            "stable": False, "plausible": False, "spec_version": SPEC_VERSION, "rules_version": rules_version,
+            "stable": False, "plausible": False, "spec_version": spec_version, "rules_version": rules_version,
             "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": [],
             "kept_weights": {}, "best_trial": None}
 
@@ -151,16 +154,20 @@ def _signature_checks(root: Path, pubkey: Any, require: bool) -> tuple[list[dict
 
 
 def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: bool,
-                rules_version: str, workers: int | None = None,
+                rules_version: str | None, workers: int | None = None,
                 registration: Mapping[str, Any] | None = None, witness_keys: Mapping[str, bytes] | None = None,
                 records: ServiceRecords | None = None) -> Verified:
-    th = R.thresholds(rules_version)
     run_dir = RunDir(root)
     run, run_problems = _read_run(run_dir)
+    if rules_version is None:
+        declared = R.declared_version(run)
+        rules_version = declared if declared in R.THRESHOLDS else R.RULES_VERSION
+    th = R.thresholds(rules_version)
     if rules is None:
         run_rules = run.get("rules")
         rules = run_rules if run_rules in RULES else DEFAULT_RULES
-    report = _empty_report(rules, rules_version)
+    spec_version = run.get("spec_version")
+    report = _empty_report(rules, rules_version, spec_version if isinstance(spec_version, str) else None)
     report["run_id"] = run.get("run_id")
     sig_checks, report["fingerprint"] = _signature_checks(root, pubkey, require_signature)
     precision = run.get("precision")
@@ -170,12 +177,14 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
     checks = [*_integrity_checks(f, run, run_problems, sig_checks, run_dir, th),
               *_validity_checks(f, run, rules, precision, th),
               R.check_stability(f.series.points, th),
-              *_plausibility_checks(f, run, precision, peak, how, th),
-              *_system_checks(f, run, hw, peak, how, precision, th),
-              *_witness_checks(f, run, th, witness_keys, records)]
+              *_plausibility_checks(f, run, precision, peak, how, th)]
+    if R.in_force("system.", th):  # rules 2.0 on
+        checks += [*_system_checks(f, run, hw, peak, how, precision, th),
+                   *_witness_checks(f, run, th, witness_keys, records)]
+    checks = [c for c in checks if R.in_force(c["name"], th)]
     for c in checks:
         c["measured"] = _json_safe(c["measured"])
-    _fill_report(report, checks, f, hw, peak)
+    _fill_report(report, checks, f, hw, peak, th)
     return Verified(report, f.replay, run_dir)
 
 
@@ -183,7 +192,7 @@ def _read_run(run_dir: RunDir) -> tuple[dict[str, Any], list[str]]:
     """run.json and what is missing or mistyped in it ({} and why, when it cannot be read)."""
     try:
         run = run_dir.run
-        return run, R.run_json_problems(run)
+        return run, schema.for_version(run.get("spec_version")).run_json_problems(run)
     except RunIOError as exc:
         return {}, [str(exc)]
 
@@ -302,13 +311,13 @@ def _integrity_checks(f: _Folded, run: Mapping[str, Any], run_problems: list[str
             R.check_versions(run, th),
             R.check_schema(f.audit),
             R.check_graphs(f.graph_errors, f.acc.trials_with_epochs, run_dir.distinct_architectures),
-            R.check_bound(bound_findings(run, f.replay, run_dir))]
+            *([R.check_bound(bound_findings(run, f.replay, run_dir))] if R.in_force("integrity.bound", th) else [])]
 
 
 def _validity_checks(f: _Folded, run: Mapping[str, Any], rules: str, precision: Any,
                      th: Mapping[str, Any]) -> list[dict[str, Any]]:
     preset = run.get("preset")
-    return [R.check_rules(rules, th),
+    return [*([R.check_rules(rules, th)] if R.in_force("validity.rules", th) else []),
             R.check_preset(preset, th),
             R.check_duration(f.series.duration_s, th),
             R.check_precision(precision, th),
@@ -355,11 +364,11 @@ def _witness_checks(f: _Folded, run: Mapping[str, Any], th: Mapping[str, Any],
         witness.timeline_problems(f.acc.t0, f.acc.end, issued_at, th["witness_tolerance_s"],
                                   th["witness_duration_relative"]), checked, th)
     commitments = R.check_commitments(f.commitments.problems(), f.commitments.every, f.commitments.segment_count())
-    return [token, receipts, coverage, retention, commitments, timeline]
+    return [token, receipts, coverage, retention, commitments, timeline]  # commitments: 3.0 on (in_force)
 
 
 def _fill_report(report: dict[str, Any], checks: list[dict[str, Any]], f: _Folded, hw: hardware.Hardware,
-                 peak: float | None) -> None:
+                 peak: float | None, th: Mapping[str, Any]) -> None:
     """The report's fields from the checks and the fold."""
     series, replay, retention, seen = f.series, f.replay, f.retention, f.seen
     report.update({
@@ -371,7 +380,7 @@ def _fill_report(report: dict[str, Any], checks: list[dict[str, Any]], f: _Folde
         "trials_finished": f.acc.trials_finished,
         "epochs": len(f.acc.table),
         "checks": checks,
-        "division": "official" if R.official(checks) else "open",
+        "division": "official" if R.official(checks, th) else "open",
         "series": series.points,
         "valid": R.all_passed(checks, "validity"),
         "stable": R.all_passed(checks, "stability"),
