@@ -62,3 +62,12 @@ def test_admitted_versions_are_the_lists_and_an_edition_records_them(settings) -
     assert edition.rules_versions == ["2.0", "3.1"]
     frozen = LogEntry.objects.order_by("-index").first()
     assert frozen is not None and json.loads(frozen.data)["edition"]["rules_versions"] == ["2.0", "3.1"]
+
+
+def test_the_list_marks_a_result_of_rules_it_does_not_admit(client) -> None:
+    result = _submit_stored("spec1-rules1.0")
+    Result.objects.filter(pk=result.pk).update(published=True)
+    ranking.rerank()
+    page = client.get("/?division=open").content.decode()
+    row = next(line for line in page.splitlines() if f'data-result="{result.pk}"' in line)
+    assert 'class="tag tag-rules"' in row and "rules 1.0" in row
