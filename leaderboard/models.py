@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.db import models
 from django.db.models.functions import Coalesce
@@ -349,6 +350,8 @@ class Result(models.Model):
                                            help_text="place among every live result of its rules and division")
     review = models.CharField(max_length=16, choices=Review.choices, default=Review.NONE, blank=True, db_index=True)
     audit = models.CharField(max_length=16, choices=Audit.choices, default=Audit.NONE, blank=True, db_index=True)
+    witnessed = models.BooleanField(default=False, help_text="the service witnessed the run: its run token and "
+                                                            "receipts passed (witness.token, witness.receipts)")
     audit_report = models.JSONField(default=dict, blank=True, help_text="{trials: {trial: [checks]}, message}")
     audited_at = models.DateTimeField(null=True, blank=True)
     review_reason = models.TextField(blank=True)
@@ -381,6 +384,13 @@ class Result(models.Model):
 
     def __str__(self) -> str:
         return f"result {self.pk}: {self.score_ops:.4g} OPS ({self.site})"
+
+    def trust(self) -> dict[str, Any]:
+        """The trust line of the result (list, result page, downloads, API): its system registered and approved
+        by a maintainer, the run witnessed by the service, the audit of its work, a maintainer's review."""
+        system = self.system
+        return {"registered": bool(system.registered and system.status == System.Status.APPROVED),
+                "witnessed": self.witnessed, "audit": self.audit or "none", "review": self.review or "not needed"}
 
     def get_absolute_url(self) -> str:
         return reverse("result", args=[self.pk])

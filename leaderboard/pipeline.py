@@ -390,6 +390,12 @@ def _started_at(run: dict[str, Any]) -> datetime | None:
     return None
 
 
+def witnessed(report: dict[str, Any]) -> bool:
+    """Whether the service witnessed the run: its token and its receipts passed."""
+    passed = {c["name"] for c in report.get("checks", []) if c.get("passed")}
+    return {"witness.token", "witness.receipts"} <= passed
+
+
 def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """The figures a Result stores, from the service's verification report and the run's run.json."""
     return {
@@ -410,6 +416,7 @@ def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
         "runner_version": str(run.get("runner_version") or ""),
         "verifier_version": VERIFIER_VERSION,
         "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
+        "witnessed": witnessed(report),
         "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"]},
         "started_at": _started_at(run),
     }

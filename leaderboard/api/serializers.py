@@ -12,6 +12,7 @@ from aiperf_runner.spec.peaks import PRECISIONS
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from leaderboard import standing
 from leaderboard.attempts import attempt_counts
 from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
 from leaderboard.systems import is_cpu, known_peak
@@ -213,6 +214,20 @@ class WitnessKeySerializer(serializers.Serializer):
     retired_at = serializers.DateTimeField(allow_null=True)
 
 
+class TrustSerializer(serializers.Serializer):
+    """The trust line of a result (docs/site.md)."""
+
+    registered = serializers.BooleanField(help_text="its system is registered and approved by a list maintainer")
+    witnessed = serializers.BooleanField(help_text="the service witnessed the run (run token and receipts)")
+    audit = serializers.CharField(help_text="the audit of its work: none, pending, passed, failed")
+    review = serializers.CharField(help_text="a list maintainer's review: not needed, pending, approved, rejected")
+
+
+class ReasonSerializer(serializers.Serializer):
+    check = serializers.CharField()
+    message = serializers.CharField()
+
+
 class LeaderboardEntrySerializer(serializers.ModelSerializer):
     """One line of the ranked list."""
 
@@ -220,12 +235,17 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="the result's web page")
     site = SiteBriefSerializer(read_only=True)
     system = SystemBriefSerializer(read_only=True)
+    trust = serializers.SerializerMethodField()
 
     class Meta:
         model = Result
         fields = ["rank", "rank_all", "id", "url", "division", "rules", "review", "site", "system", "score_ops",
                   "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision",
-                  "preset", "verification_level", "rules_version", "verifier_version", "verified_at"]
+                  "preset", "verification_level", "rules_version", "verifier_version", "verified_at", "trust"]
+
+    @extend_schema_field(TrustSerializer)
+    def get_trust(self, result: Result) -> dict[str, Any]:
+        return result.trust()
 
     def get_rank(self, result: Result) -> int | None:
         # `list_rank` when the view says which list (an edition's rank in an edition), else the live rank.
@@ -256,12 +276,26 @@ class ResultDetailSerializer(LeaderboardEntrySerializer):
     known_spread = serializers.SerializerMethodField(
         help_text="how much identical runs of this preset move, as measured (spec/spread.py): {preset, duration_s, "
                   "slots, runs, score_cv, regulated_cv, machine, measured}; null when not measured for the preset")
+    standing = serializers.SerializerMethodField(
+        help_text="where the result stands: {state (live, live_not_best, review_pending, review_rejected, "
+                  "audit_pending, audit_failed, withdrawn, unpublished, rehearsal), text}")
+    not_official_because = serializers.SerializerMethodField(
+        help_text="why it is not (yet) in the official ranking: the checks it failed and what the list waits for")
 
     class Meta(LeaderboardEntrySerializer.Meta):
         fields = LeaderboardEntrySerializer.Meta.fields + [
             "submission", "status", "run_id", "published", "trials_finished", "epochs", "spec_version",
             "runner_version", "started_at", "report", "series", "audit", "audit_report", "audited_at",
-            "review_reason", "reviewed_at", "reviewed_by", "known_spread"]
+            "review_reason", "reviewed_at", "reviewed_by", "known_spread", "standing", "not_official_because"]
+
+    @extend_schema_field(serializers.DictField())
+    def get_standing(self, obj: Result) -> dict[str, str]:
+        s = standing.standing(obj)
+        return {"state": s.state, "text": s.text}
+
+    @extend_schema_field(ReasonSerializer(many=True))
+    def get_not_official_because(self, obj: Result) -> list[dict[str, str]]:
+        return standing.not_official_because(obj)
 
     @extend_schema_field(KnownSpreadSerializer(allow_null=True))
     def get_known_spread(self, obj: Result) -> dict[str, Any] | None:
@@ -305,13 +339,18 @@ class SubmissionSerializer(serializers.ModelSerializer):
                                                          "(segments it re-executes, the best checkpoint): "
                                                          "[{trial, sha256}]")
     states_received = serializers.SerializerMethodField(help_text="digests of the asked-for states the service holds")
+    rank_all = serializers.SerializerMethodField(help_text="its place among every live result of its division (a "
+                                                           "system's repeat runs too); null off the live list")
+    standing = serializers.SerializerMethodField(help_text="where its result stands: {state, text} (as on its page)")
+    not_official_because = serializers.SerializerMethodField(
+        help_text="why its verified result is not (yet) in the official ranking: [{check, message}]")
 
     class Meta:
         model = Submission
         fields = ["id", "status", "site", "run_id", "sha256", "size", "created_at", "verified_at", "reasons",
-                  "error", "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "verification_level",
-                  "challenge", "challenged_at", "evidence", "states", "states_received", "audit", "audit_note",
-                  "rehearsal"]
+                  "error", "result", "url", "score_ops", "regulated_score_ops", "division", "rank", "rank_all",
+                  "verification_level", "challenge", "challenged_at", "evidence", "states", "states_received", "audit",
+                  "audit_note", "rehearsal", "standing", "not_official_because"]
         read_only_fields = ["challenge", "challenged_at", "rehearsal"]
 
     def get_audit(self, sub) -> str | None:
@@ -365,6 +404,23 @@ class SubmissionSerializer(serializers.ModelSerializer):
     def get_rank(self, sub) -> int | None:
         r = self._result(sub)
         return r.rank if r else None
+
+    def get_rank_all(self, sub) -> int | None:
+        r = self._result(sub)
+        return r.rank_all if r else None
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_standing(self, sub) -> dict[str, str] | None:
+        r = self._result(sub)
+        if r is None:
+            return None
+        s = standing.standing(r)
+        return {"state": s.state, "text": s.text}
+
+    @extend_schema_field(ReasonSerializer(many=True))
+    def get_not_official_because(self, sub) -> list[dict[str, str]]:
+        r = self._result(sub)
+        return standing.not_official_because(r) if r else []
 
 
 def flag(raw: object) -> bool:

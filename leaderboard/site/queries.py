@@ -63,6 +63,8 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
     "regulated": ("Regulated score", ["lregulated"], True),
     "accuracy": ("Best accuracy", ["max_accuracy"], True),
     "efficiency": ("Efficiency", ["efficiency"], True),
+    "precision": ("Precision", ["precision"], False),
+    "trust": ("Trust", ["witnessed", "system__registered", "audit"], True),
     "division": ("Division", ["ldivision"], False),
     "level": ("Verification", ["verification_level"], False),
     "date": ("Date", ["ldate"], True),
@@ -70,14 +72,15 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
 
 
 def visible_results() -> QuerySet[Result]:
-    """Results a reader may open: on the live list, in review (so the review is public), or cited by a
-    frozen edition."""
+    """Results a reader may open: on the live list, in review (so the review is public), waiting for their audit
+    (official results join the list once audited), or cited by a frozen edition."""
     # Columns of the row itself and one correlated EXISTS: a page of one result reads a few index entries,
     # not the whole live list (the stored rank_all says "live": Result.objects.listed()).
     cited = EditionEntry.objects.filter(result=OuterRef("pk"), edition__frozen_at__isnull=False)
     return Result.objects.filter(
         Q(rank_all__isnull=False)
         | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED], published=True)
+        | Q(audit=Result.Audit.PENDING, division=Division.OFFICIAL, published=True, submission__rehearsal=False)
         | Exists(cited))
 
 
@@ -183,10 +186,11 @@ class ListView:
 
 
 # The columns a list row shows or exports (fewer columns, faster rows).
-LIST_FIELDS = ("division", "rank", "rank_all", "rules", "review", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision",
-               "preset", "rules_version", "verified_at", "published_at", "site", "system", "score_ops",
-               "regulated_score_ops", "site__name", "site__country", "system__name", "system__vendor",
-               "system__accelerator_model", "system__accelerator_count", "system__nodes", "system__cpu_model")
+LIST_FIELDS = ("division", "rank", "rank_all", "rules", "review", "audit", "witnessed", "max_accuracy", "efficiency",
+               "peak_flops", "verification_level", "precision", "preset", "duration_s", "rules_version", "verified_at",
+               "published_at", "site", "system", "score_ops", "regulated_score_ops", "site__name", "site__country",
+               "system__name", "system__vendor", "system__accelerator_model", "system__accelerator_count",
+               "system__nodes", "system__cpu_model", "system__registered", "system__status")
 
 
 def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[ListResult]:
@@ -220,9 +224,15 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
     return qs if p.all or edition is None else qs.filter(lrank__isnull=False)
 
 
+def shown_division(p: ListParams) -> str:
+    """The division a list view shows: one per table, the official one unless asked (results in review: both)."""
+    return p.division or ("" if p.review else Division.OFFICIAL)
+
+
 def _filtered(qs: QuerySet[ListResult], p: ListParams) -> QuerySet[ListResult]:
-    if p.division:
-        qs = qs.filter(ldivision=p.division)
+    division = shown_division(p)
+    if division:
+        qs = qs.filter(ldivision=division)
     if p.accelerator:
         qs = qs.filter(system__accelerator_model__iexact=p.accelerator)
     if p.vendor:

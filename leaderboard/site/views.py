@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from leaderboard import listcache, ranking
+from leaderboard import listcache, ranking, standing
 from leaderboard.attempts import attempt_counts
 from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
 from leaderboard.pipeline import VERIFIER_VERSION
@@ -97,6 +97,10 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
         "pages": pages,
         "edition": edition, "editions": list(queries.frozen_editions().values_list("name", flat=True)),
         "divisions": Division.choices, "per_choices": queries.PER_PAGE_CHOICES,
+        "shown_division": queries.shown_division(params),
+        "division_tabs": [{"label": label, "current": queries.shown_division(params) == value,
+                           "href": q(division=value if value != Division.OFFICIAL else None, page=None)}
+                          for value, label in Division.choices],
         "download": {
             "csv": q(format="csv"), "json": q(format="json"),
             "all_csv": q(format="csv", page=None, per="all"), "all_json": q(format="json", page=None, per="all"),
@@ -130,7 +134,7 @@ def _rows_html(rows: list[queries.Row], admitted: set[str]) -> SafeString:
         out.append(
             f'<tr data-result="{r.pk}">'
             f'<td class="num col-rank">{row.rank if row.rank is not None else "–"}</td>'
-            f'<td class="col-system"><a href="{urls.result.format(r.pk)}">{escape(fmt.system_label(s))}</a></td>'
+            f'<td class="col-system"><a href="{urls.system.format(s.pk)}">{escape(fmt.system_label(s))}</a></td>'
             f'<td class="col-site"><a href="{urls.site.format(site.pk)}">{escape(site.name)}</a></td>'
             f'<td class="col-country"><abbr title="{escape(fmt.country(site.country))}">{escape(site.country)}</abbr></td>'
             f'<td class="col-accelerator">{accel}</td>'
@@ -140,12 +144,28 @@ def _rows_html(rows: list[queries.Row], admitted: set[str]) -> SafeString:
             f'<td class="num col-regulated">{fmt.ops(row.regulated)}</td>'
             f'<td class="num col-accuracy">{fmt.percent(r.max_accuracy, 2)}</td>'
             f'<td class="num col-efficiency">{fmt.percent(r.efficiency) if r.efficiency is not None else "–"}</td>'
+            f'<td class="col-precision">{escape(r.precision or "–")}</td>'
+            f'<td class="col-trust">{_trust_marks(r)}</td>'
             f'<td class="col-division"><span class="tag tag-{escape(row.division)}">{escape(row.division)}</span>'
             f'{_older_rules(r.rules_version, admitted)}</td>'
             f'<td class="col-level"><span class="tag tag-{escape(r.verification_level)}">'
             f'{escape(_level_label(r.verification_level))}</span></td>'
             f'<td class="col-date">{fmt.date(date)}</td></tr>')
     return mark_safe("\n".join(out))
+
+
+def _trust_marks(r: Result) -> str:
+    """The trust line in a list cell: R(egistered), W(itnessed), A(udited) and V (a maintainer's review, when
+    one was needed), each with its words for a pointer and a screen reader."""
+    t = r.trust()
+    marks = [(t["registered"], "R", "system registered and approved" if t["registered"] else "system not registered"),
+             (t["witnessed"], "W", "run witnessed by the service" if t["witnessed"] else "run not witnessed"),
+             (t["audit"] == "passed", "A", f"audit of the work: {t['audit']}")]
+    if t["review"] != "not needed":
+        marks.append((t["review"] == "approved", "V", f"review: {t['review']}"))
+    cells = "".join(f'<span class="trust-{"ok" if ok else "no"}" title="{escape(words)}">{letter}'
+                    f'<span class="visually-hidden"> ({escape(words)})</span></span>' for ok, letter, words in marks)
+    return f'<span class="trustmarks">{cells}</span>'
 
 
 def _older_rules(version: str, admitted: set[str]) -> str:
@@ -158,7 +178,7 @@ def _older_rules(version: str, admitted: set[str]) -> str:
 EXPORT_FIELDS = ["rank", "division", "result_id", "url", "system", "system_id", "site", "site_id", "country",
                  "vendor", "accelerator_model", "accelerator_count", "nodes", "score_ops", "regulated_score_ops",
                  "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
-                 "rules_version", "date"]
+                 "duration_s", "rules_version", "registered", "witnessed", "audit", "review", "date"]
 
 
 def _export_rows(request: HttpRequest, view: queries.ListView) -> list[dict[str, Any]]:
@@ -174,7 +194,8 @@ def _export_rows(request: HttpRequest, view: queries.ListView) -> list[dict[str,
             "accelerator_count": s.accelerator_count, "nodes": s.nodes, "score_ops": row.score,
             "regulated_score_ops": row.regulated, "max_accuracy": r.max_accuracy, "efficiency": r.efficiency,
             "peak_flops": r.peak_flops, "verification_level": r.verification_level, "precision": r.precision,
-            "preset": r.preset, "rules_version": r.rules_version, "date": date.isoformat() if date else None,
+            "preset": r.preset, "duration_s": r.duration_s, "rules_version": r.rules_version,
+            **{k: v for k, v in r.trust().items()}, "date": date.isoformat() if date else None,
         })
     return out
 
@@ -267,7 +288,8 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
                          .select_related("edition").order_by("-edition__name"))
     s = r.system
     context = {
-        "r": r, "system": s, "system_label": fmt.system_label(s), "site": r.site, "live": live, "rank": rank, "edition_ranks": edition_ranks,
+        "r": r, "system": s, "system_label": fmt.system_label(s), "site": r.site, "live": live, "rank": rank,
+        "edition_ranks": edition_ranks, "standing": standing.standing(r), "trust": standing.trust_line(r),
         "charts": charts_html, "report_groups": report_groups, "checks_total": len(checks),
         "checks_failed": sum(not c.get("passed") for c in checks), "trials": trials,
         "trials_html": _trials_html(trials),
@@ -540,6 +562,7 @@ def methodology(request: HttpRequest) -> HttpResponse:
         "accuracy_cap": scoring.ACCURACY_CAP, "v1_train": scoring.V1_TRAIN_IMAGES, "v1_eval": scoring.V1_EVAL_IMAGES,
         "window_pct": f"{th['stability_window']:.0%}", "min_acc_pct": f"{th['min_max_accuracy']:.0%}",
         "min_duration_h": th["min_duration_s"] / 3600, "require_approval": settings.AIPERF_REQUIRE_APPROVAL,
+        "official_rules": ranking.official_rules(),
         "nav": "methodology",
     }
     return render(request, "site/methodology.html", context)

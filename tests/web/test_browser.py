@@ -78,9 +78,16 @@ def scores(page) -> list[float]:
 def test_list_loads_filters_and_sorts(web, data):
     web.goto("/")
     rows = web.locator("#ranked-list tbody tr[data-result]")
-    assert rows.count() == Result.objects.entries().count()
+    # One division per table: the official one by default, the open one a tab away.
+    assert rows.count() == Result.objects.entries().filter(division="official").count()
+    assert set(web.locator("td.col-division").all_inner_texts()) == {"official"}
     assert web.locator("h1").inner_text() == "The AIPerf list"
     shot(web, "list")
+    web.click(".division-tabs a:has-text('Open')")
+    web.wait_for_url(re.compile(r"division=open"))
+    assert rows.count() == Result.objects.entries().filter(division="open").count()
+    assert set(web.locator("td.col-division").all_inner_texts()) == {"open"}
+    shot(web, "list-open")
 
     # filter: a GET form, so the filter lands in the URL
     web.select_option("#f-division", "official")
@@ -190,6 +197,6 @@ def test_a_really_verified_result_renders(web, real_result):
     assert "Demo data" not in web.inner_text("main")
     assert web.locator("a:has-text('Signed bundle')").count() == 1
     shot(web, "result-verified")
-    web.goto("/")
+    web.goto(f"/?division={result.division}")
     assert web.locator(f'tr[data-result="{result.pk}"]').count() == 1
     assert not web.errors, web.errors

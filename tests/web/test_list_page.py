@@ -30,15 +30,22 @@ def test_list_shows_every_column_with_units(client, demo_data):
     assert resp.status_code == 200
     html = resp.content.decode()
     for heading in ("Rank", "System", "Site", "Country", "Accelerator", "Nodes", "Score", "Regulated score",
-                    "Best accuracy", "Efficiency", "Division", "Verification", "Date"):
+                    "Best accuracy", "Efficiency", "Precision", "Trust", "Division", "Verification", "Date"):
         assert f">{heading}<" in html or f">{heading}<span" in html, heading
-    top = Result.objects.entries().order_by("division", "-score_ops").first()
+    # One division per table: the official one by default, one entry per system, counted as systems.
+    official = Result.objects.entries().filter(division="official")
+    top = official.order_by("-score_ops").first()
     assert row_ids(html)[0] == top.pk
     assert re.search(r"\d+(\.\d+)? [TPE]OPS", html)  # SI-prefixed OPS
     assert f"× {top.system.accelerator_count}" in html
-    assert len(row_ids(html)) == Result.objects.entries().count()  # one entry per system
+    assert len(row_ids(html)) == official.count()
+    assert f"{official.count()} systems (each system's best result) in the official division" in html
+    assert f'<td class="col-system"><a href="/systems/{top.system_id}">' in html  # the name links to the system
     every = client.get("/?all=1&per=500").content.decode()
-    assert len(row_ids(every)) == Result.objects.live().count()
+    assert len(row_ids(every)) == Result.objects.live().filter(division="official").count()
+    opened = client.get("/?division=open&per=500").content.decode()
+    assert set(row_ids(opened)) == set(Result.objects.entries().filter(division="open").values_list("pk", flat=True))
+    assert 'aria-current="page">Open<' in opened
 
 
 def test_ranks_match_the_service_ranking(client, demo_data):
@@ -64,10 +71,11 @@ def test_ranks_stay_those_of_the_whole_division_when_filtered(client, demo_data)
 ])
 def test_each_filter_keeps_only_matching_rows(client, demo_data, param, lookup):
     demo_data(60)
-    value = Result.objects.entries().values_list(lookup, flat=True).order_by(lookup).first()
+    shown = Result.objects.entries() if param == "division" else Result.objects.entries().filter(division="official")
+    value = shown.values_list(lookup, flat=True).order_by(lookup).first()
     resp = client.get("/", {param: value, "per": 500})
     ids = row_ids(resp.content.decode())
-    expected = set(Result.objects.entries().filter(**{lookup: value}).values_list("pk", flat=True))
+    expected = set(shown.filter(**{lookup: value}).values_list("pk", flat=True))
     assert ids and set(ids) == expected
     # the form shows the filter as selected, so the view is reproducible from the page itself
     assert re.search(rf'<option value="{re.escape(str(value))}" selected>', resp.content.decode())
@@ -93,7 +101,7 @@ def test_unknown_parameters_are_ignored(client, demo_data):
     demo_data(10)
     resp = client.get("/?sort=;drop&division=bogus&page=x&per=-3")
     assert resp.status_code == 200
-    assert len(row_ids(resp.content.decode())) == Result.objects.live().count()
+    assert len(row_ids(resp.content.decode())) == Result.objects.entries().filter(division="official").count()
 
 
 def test_pages_and_their_links_keep_the_filters(client, demo_data):

@@ -118,7 +118,7 @@ def test_a_withdrawn_result_cited_by_an_edition_stays_readable(client, demo_data
                                     regulated_score_ops=r.regulated_score_ops)
     assert pipeline.withdraw(r.submission)
     html = client.get(f"/results/{r.pk}").content.decode()
-    assert "Not on the live list" in html
+    assert "Withdrawn on " in html and "standing-withdrawn" in html
     assert re.search(r"In frozen editions: <a href=\"/editions/", html)
 
 

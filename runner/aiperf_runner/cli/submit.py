@@ -146,13 +146,24 @@ def _print(d: dict[str, Any]) -> None:
     lines = [f"submission {d['submission']}: {d['status']}"]
     if d["score_ops"] is not None:
         lines.append(f"score:        {d['score_ops']:.6g} OPS (regulated {d['regulated_score_ops']:.6g} OPS)")
-        rank = f"{d['rank']} in the {d['division']} division" if d["rank"] else \
-            f"not ranked yet ({d['division']} division; awaiting publication)"
+        standing = d.get("standing") or {}
+        if d["rank"]:
+            rank = f"{d['rank']} in the {d['division']} division"
+        elif standing.get("state") == "live_not_best":
+            rank = f"{d.get('rank_all')} among every {d['division']} result (not its system's best: the list shows that)"
+        else:
+            rank = f"not ranked ({d['division']} division): {standing.get('text') or 'not on the live list'}"
         if d["rehearsal"]:
             rank = f"none: a rehearsal (verified as the {d['division']} division would be; shown to this site " \
                    "only, never ranked)"
         lines.append(f"rank:         {rank}")
         lines.append(f"verification: {d['verification_level']}")
+        because = d.get("not_official_because") or []
+        if because and not d["rehearsal"]:
+            lines.append("not official because:")
+            lines += [f"  {r['check']}: {r['message']}" for r in because[:8]]
+            if len(because) > 8:
+                lines.append(f"  ... and {len(because) - 8} more (the result page lists every check)")
     if d.get("challenge"):
         lines.append(f"audit:        {d.get('audit') or '-'} (challenged trials {', '.join(d['challenge'])})")
         if d.get("audit_note"):
