@@ -161,6 +161,8 @@ class Generator:
                                     interconnect=interconnect if nodes > 1 else "", cpu_model=cpu,
                                     cpu_cores=rng.choice([64, 96, 128, 192]) * nodes, peak_flops=peak,
                                     identity=hashlib.sha256(facts.encode()).hexdigest(),
+                                    # as the demo reports say (a registered template run): approved
+                                    registered=True, status=System.Status.APPROVED,
                                     created_at=site.created_at + timedelta(days=rng.uniform(0, 30)))
                     out.append((system, {"precision": precision, "eff": eff, "age": age, "per_node": per_node,
                                          "peak_device": {p: known.peak_flops(p) for p in ("fp32", "tf32", "bf16", "fp16")}}))
@@ -335,9 +337,11 @@ class Generator:
                                    verified_at=verified, attempts=1))
             published_at = verified + timedelta(seconds=rng.uniform(1, 60))
             started = verified - timedelta(seconds=g["duration"] + rng.uniform(60, 3600))
+            values = self.values(system, g, run_id, key.fingerprint, started)
+            if values["division"] == "official":  # an official result is on the list once its audit passed
+                values.update(audit=Result.Audit.PASSED, audited_at=published_at)
             results.append(Result(site_id=system.site_id, system=system, run_id=run_id, published=not withdrawn,
-                                  verified_at=verified, published_at=published_at,
-                                  **self.values(system, g, run_id, key.fingerprint, started)))
+                                  verified_at=verified, published_at=published_at, **values))
             points.append(g["points"])
             trials.append(g["trials"])
         for sub, result in zip(Submission.objects.bulk_create(subs, batch_size=1000), results, strict=True):

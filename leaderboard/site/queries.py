@@ -37,6 +37,7 @@ class ListFigures(TypedDict):
 
 class EditionFigures(TypedDict):
     n: int
+    results: int
     top: float | None
     total: float | None
 
@@ -300,13 +301,18 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
 # ---- other pages ---------------------------------------------------------------------------------
 
 def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
-    return list(frozen_editions().annotate(n=Count("entries"), top=Max("entries__score_ops"),
-                                           total=Sum("entries__score_ops")).order_by("-name"))
+    """The frozen editions with their systems (each system's best entry, as the edition's page lists them),
+    results, top score and total (of the systems' best: a system's repeat runs do not count twice)."""
+    best = Q(entries__rank__isnull=False)
+    return list(frozen_editions().annotate(n=Count("entries", filter=best), results=Count("entries"),
+                                           top=Max("entries__score_ops"),
+                                           total=Sum("entries__score_ops", filter=best)).order_by("-name"))
 
 
 def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
-    """Share of the live list by accelerator vendor, country and accelerator model (count and score)."""
-    qs = Result.objects.listed()  # the stored ranks say "live": no join
+    """Share of the live list by accelerator vendor, country and accelerator model (systems and score: each
+    system's best result)."""
+    qs = Result.objects.listed().filter(rank__isnull=False)  # the stored ranks say "live": no join
     if division:
         qs = qs.filter(division=division)
     out = {}
@@ -320,8 +326,8 @@ def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
 
 
 def editions_over_time(division: str = "") -> list[dict[str, Any]]:
-    """Per frozen edition: entries, total and top score (oldest first)."""
-    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False)
+    """Per frozen edition: systems, total and top score of each system's best entry (oldest first)."""
+    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False, rank__isnull=False)
     if division:
         qs = qs.filter(division=division)
     rows = (qs.order_by().values("edition__name").annotate(n=Count("pk"), total=Sum("score_ops"),
@@ -330,7 +336,7 @@ def editions_over_time(division: str = "") -> list[dict[str, Any]]:
 
 
 def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
-    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False)
+    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False, rank__isnull=False)
     if division:
         qs = qs.filter(division=division)
     rows = (qs.order_by().values("edition__name", "result__system__vendor").annotate(n=Count("pk"))
@@ -340,7 +346,7 @@ def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
 
 
 def live_summary(division: str = "") -> dict[str, Any]:
-    qs = Result.objects.listed()  # the stored ranks say "live": no join
+    qs = Result.objects.listed().filter(rank__isnull=False)  # each system's best: the stored ranks say "live"
     if division:
         qs = qs.filter(division=division)
     agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))

@@ -233,7 +233,8 @@ def _list_json(request: HttpRequest, view: queries.ListView) -> HttpResponse:
 
 
 def editions(request: HttpRequest) -> HttpResponse:
-    rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "top": fmt.ops(e.top),
+    rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "results": e.results,
+             "top": fmt.ops(e.top),
              "total": fmt.ops(e.total), "frozen": fmt.date(e.frozen_at)} for e in queries.edition_index()]
     return render(request, "site/editions.html", {"rows": rows, "nav": "editions"})
 

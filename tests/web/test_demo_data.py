@@ -78,3 +78,23 @@ def test_same_seed_same_data():
     first = sorted(Result.objects.values_list("score_ops", flat=True))
     demo.generate(5, seed=11)
     assert sorted(Result.objects.values_list("score_ops", flat=True)) == first
+
+
+def test_the_demo_official_results_are_what_their_reports_say(demo_data):
+    """Registered, witnessed and audited, as their reports (a registered, witnessed template run) claim."""
+    from leaderboard.models import Result
+
+    demo_data(30)
+    official = Result.objects.filter(division="official").select_related("system")
+    assert official.exists()
+    for r in official:
+        assert r.trust() == {"registered": True, "witnessed": True, "audit": "passed", "review": "not needed"}, r.pk
+
+
+def test_the_demo_editions_rank_each_system_once(demo_data):
+    demo_data(120)
+    for edition in Edition.objects.exclude(frozen_at=None):
+        ranked = list(edition.entries.exclude(rank=None).values_list("result__system_id", "division"))
+        assert len(ranked) == len(set(ranked)), edition.name  # one rank per system and division
+        assert edition.entries.filter(rank=None).exclude(rank_all=None).count() == \
+            edition.entries.count() - len(ranked)

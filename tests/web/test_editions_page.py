@@ -52,5 +52,9 @@ def test_edition_filters_work(client, demo_data):
     e = Edition.objects.filter(frozen_at__isnull=False).order_by("-name").first()
     html = client.get(f"/editions/{e.name}/?division=open&per=500").content.decode()
     ids = [int(x) for x in re.findall(r'<tr data-result="(\d+)">', html)]
-    assert ids and set(ids) == set(e.entries.filter(division="open").values_list("result_id", flat=True))
+    # each system's best entry, as the live list (?all=1: every entry)
+    assert ids and set(ids) == set(e.entries.filter(division="open").exclude(rank=None).values_list("result_id", flat=True))
+    every = client.get(f"/editions/{e.name}/?division=open&all=1&per=500").content.decode()
+    assert {int(x) for x in re.findall(r'<tr data-result="(\d+)">', every)} == set(
+        e.entries.filter(division="open").values_list("result_id", flat=True))
     assert ranking.edition_ranks(e)
