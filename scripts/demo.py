@@ -196,9 +196,13 @@ def main() -> None:
         print(f"  {reason.get('check')}: {reason.get('message')}")
     if result.get("score_ops") is not None:
         print(f"score:       {result['score_ops']:.4g} OPS (regulated {result['regulated_score_ops']:.4g} OPS)")
+        standing = result.get("standing") or {}
         print(f"rank:        {result['rank']} in the {result['division']} division" if result.get("rank") else
-              f"rank:        none ({result['division']} division): the list ranks each system's best result "
-              "only (an earlier demo run may have scored higher), once audited and reviewed")
+              f"rank:        none ({result['division']} division): {standing.get('text') or 'not on the live list'}")
+        because = [r["check"] for r in result.get("not_official_because") or []]
+        if because:
+            print(f"not official: {', '.join(because)} (a {result.get('division')} result: the demo is a short smoke "
+                  "run; the result page says why for each)")
     if result.get("challenge"):
         print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
               f"{', '.join(result['challenge'])} re-evaluated by the service)")
@@ -207,7 +211,7 @@ def main() -> None:
               "the segments it drew from them (the result page says how each ended)")
     if result.get("url"):
         print(f"result:      {result['url']}")
-    print(f"ranked list: {url}/")
+    print(f"ranked list: {url}/" + (f"?division={result['division']}" if result.get("division") == "open" else ""))
     print(f"API:         {url}/api/v1/   docs: {url}/api/docs/")
     print()
     print(f"The service keeps running in the background (pid {pid}). Stop it with:  kill {pid}")
