@@ -9,11 +9,13 @@
     /results/<id>/series.csv|json  the series the service recomputed
     /systems/<id>, /sites/<id>, /statistics, /methodology
     /changes                       the list's transparency log, newest first (leaderboard/site/changes.py)
+    /my-site/                      a site's own submissions and runs in progress, signed in with its token
+                                   (leaderboard/site/account.py)
 """
 
 from django.urls import path
 
-from leaderboard.site import changes, views
+from leaderboard.site import account, changes, views
 
 urlpatterns = [
     path("", views.ranked_list, name="home"),
@@ -30,4 +32,7 @@ urlpatterns = [
     path("statistics", views.statistics, name="statistics"),
     path("methodology", views.methodology, name="methodology"),
     path("changes", changes.changes, name="changes"),
+    path("my-site/", account.home, name="my-site"),
+    path("my-site/sign-in", account.login, name="my-site-login"),
+    path("my-site/sign-out", account.logout, name="my-site-logout"),
 ]
