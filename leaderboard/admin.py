@@ -19,6 +19,7 @@ from django.utils import timezone
 from leaderboard import pipeline, ranking, systems, tasks, translog
 from leaderboard.models import (
     AcceleratorPeak,
+    Application,
     Edition,
     EditionEntry,
     Heartbeat,
@@ -56,6 +57,34 @@ class SiteAdmin(admin.ModelAdmin):
             token = site.new_token()
             site.save(update_fields=["token_hash", "token_prefix"])
             self.message_user(request, f"{site.name}: new API token {token}", messages.WARNING)
+
+
+@admin.register(Application)
+class ApplicationAdmin(admin.ModelAdmin):
+    list_display = ["centre", "country", "contact_email", "status", "created_at", "site"]
+    list_filter = ["status", "country"]
+    search_fields = ["centre", "contact_name", "contact_email"]
+    readonly_fields = ["status", "decided_at", "decided_by", "site"]
+    actions = ["approve", "decline"]
+
+    @admin.action(description="Approve: make the site and show its API token (once)")
+    def approve(self, request, queryset):
+        for application in queryset.filter(status=Application.Status.PENDING):
+            with transaction.atomic():
+                site = Site(name=application.centre, country=application.country, url=application.url)
+                token = site.new_token()
+                site.save()
+                application.status, application.site = Application.Status.APPROVED, site
+                application.decided_at, application.decided_by = timezone.now(), str(request.user)
+                application.save()
+            self.message_user(request, f"{site.name}: site {site.pk} made; its API token, shown this once, for "
+                                       f"{application.contact_email}: {token}", messages.WARNING)
+
+    @admin.action(description="Decline")
+    def decline(self, request, queryset):
+        n = queryset.filter(status=Application.Status.PENDING).update(
+            status=Application.Status.DECLINED, decided_at=timezone.now(), decided_by=str(request.user))
+        self.message_user(request, f"{n} application(s) declined")
 
 
 @admin.register(SiteKey)

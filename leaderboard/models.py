@@ -560,3 +560,33 @@ class TreeHead(models.Model):
     def statement(self) -> dict[str, object]:
         return {"kind": "aiperf-tree-head/1", "size": self.size, "root": self.root, "timestamp": self.timestamp,
                 "key": self.key}
+
+
+class Application(models.Model):
+    """A centre's application to join the list (`/apply`): a maintainer approves it in the admin, which makes the
+    site and shows its API token once."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for a list maintainer"
+        APPROVED = "approved", "Approved: the site exists"
+        DECLINED = "declined", "Declined"
+
+    centre = models.CharField(max_length=200, help_text="the organisation, as the list should name it")
+    country = models.CharField(max_length=2, help_text="ISO 3166-1 alpha-2 code")
+    url = models.URLField(blank=True)
+    contact_name = models.CharField(max_length=200)
+    contact_email = models.EmailField()
+    systems = models.TextField(help_text="the systems the centre means to run on: nodes, accelerators, interconnect")
+    message = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decision_reason = models.CharField(max_length=300, blank=True)
+    site = models.OneToOneField(Site, on_delete=models.SET_NULL, null=True, blank=True, related_name="application")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.centre} ({self.get_status_display().lower()})"

@@ -49,6 +49,9 @@ def page_paths() -> list[tuple[str, str | None]]:
         ("/statistics", "#chart-vendor svg.main-svg"),
         ("/methodology", None),
         ("/changes", None),
+        ("/?division=open", "#ranked-list"),
+        ("/apply", "form.apply"),
+        ("/my-site/sign-in", "form.signin"),
         ("/api/v1/", None),  # DRF's browsable API
         ("/api/v1/results/", None),
         (f"/api/v1/results/{r.pk}/", None),
