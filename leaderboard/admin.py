@@ -303,7 +303,7 @@ class EditionEntryInline(admin.TabularInline):
 
 @admin.register(Edition)
 class EditionAdmin(admin.ModelAdmin):
-    list_display = ["name", "title", "created_at", "frozen_at"]
+    list_display = ["name", "title", "submissions_open", "submissions_close", "frozen_at", "publish_at"]
     list_filter = [("frozen_at", admin.EmptyFieldListFilter)]
     readonly_fields = ["frozen_at"]
     inlines = [EditionEntryInline]

@@ -461,8 +461,24 @@ class Trial(models.Model):
         constraints = [models.UniqueConstraint(fields=["result", "trial"], name="trial_once_per_result")]
 
 
+class EditionQuerySet(models.QuerySet["Edition"]):
+    def public(self) -> EditionQuerySet:
+        """Frozen editions a reader may see: their embargo (publish_at) over, or none."""
+        now = timezone.now()
+        return self.filter(frozen_at__isnull=False).filter(models.Q(publish_at__isnull=True)
+                                                            | models.Q(publish_at__lte=now))
+
+
+def public_edition_q(prefix: str = "edition__") -> models.Q:
+    """The rows of a public edition (EditionQuerySet.public), for a lookup through `prefix`."""
+    now = timezone.now()
+    return (models.Q(**{f"{prefix}frozen_at__isnull": False})
+            & (models.Q(**{f"{prefix}publish_at__isnull": True}) | models.Q(**{f"{prefix}publish_at__lte": now})))
+
+
 class Edition(models.Model):
-    """A frozen, citable snapshot of the list (like TOP500's June and November lists)."""
+    """A frozen, citable snapshot of the list (like TOP500's June and November lists), and its calendar: when
+    submissions for it open and close, and when it is published (an embargo after it is frozen)."""
 
     name = models.CharField(max_length=32, unique=True, help_text='e.g. "2026-11"')
     title = models.CharField(max_length=200, blank=True)
@@ -471,6 +487,12 @@ class Edition(models.Model):
     frozen_at = models.DateTimeField(null=True, blank=True)
     rules_versions = models.JSONField(default=list, blank=True,
                                       help_text="the rules versions admitted to its official ranking, as frozen")
+    submissions_open = models.DateTimeField(null=True, blank=True, help_text="when submissions for it open")
+    submissions_close = models.DateTimeField(null=True, blank=True, help_text="when they close (it is frozen then)")
+    publish_at = models.DateTimeField(null=True, blank=True, help_text="the embargo: once frozen, it is public from "
+                                                                       "then on (empty: at once)")
+
+    objects = EditionQuerySet.as_manager()
 
     class Meta:
         ordering = ["-name"]
@@ -481,6 +503,21 @@ class Edition(models.Model):
     @property
     def frozen(self) -> bool:
         return self.frozen_at is not None
+
+    @property
+    def published(self) -> bool:
+        return self.frozen and (self.publish_at is None or self.publish_at <= timezone.now())
+
+    def state(self) -> str:
+        """upcoming, open (for submissions), closed, embargoed (frozen, not yet public) or published."""
+        now = timezone.now()
+        if self.frozen:
+            return "published" if self.published else "embargoed"
+        if self.submissions_close is not None and now >= self.submissions_close:
+            return "closed"
+        if self.submissions_open is not None and now >= self.submissions_open:
+            return "open"
+        return "upcoming"
 
 
 class EditionEntry(models.Model):

@@ -11,9 +11,11 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from leaderboard import audit, bundles, partials, pipeline
+from leaderboard import audit, bundles, partials, pipeline, ranking
+from leaderboard.models import Edition
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,22 @@ def audit_submission(submission_id: int) -> str:
 
 def enqueue_audit(submission_id: int) -> None:
     audit_submission.apply_async((submission_id,), queue=settings.AIPERF_AUDIT_QUEUE)
+
+
+@shared_task
+def freeze_due_editions() -> list[str]:
+    """Freeze every edition whose submissions have closed (its calendar: docs/service.md "Ranks and editions");
+    the names frozen. A freeze locks the edition's row, so two beats never freeze one twice."""
+    frozen = []
+    for edition in Edition.objects.filter(frozen_at=None, submissions_close__lte=timezone.now()):
+        with transaction.atomic():
+            try:
+                ranking.freeze_edition(edition)
+            except ValueError:  # frozen meanwhile by a maintainer or another beat
+                continue
+        frozen.append(edition.name)
+        log.info("edition %s frozen: its submissions closed", edition.name)
+    return frozen
 
 
 @shared_task

@@ -242,6 +242,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "leaderboard.tasks.expire_challenges",
         "schedule": env.float("AIPERF_EXPIRE_CHALLENGES_EVERY_S", default=3600.0),
     },
+    "freeze-due-editions": {  # an edition is frozen when its submissions close (the calendar on /editions/)
+        "task": "leaderboard.tasks.freeze_due_editions",
+        "schedule": env.float("AIPERF_FREEZE_EDITIONS_EVERY_S", default=60.0),
+    },
 }
 if CELERY_TASK_ALWAYS_EAGER and not DEBUG:
     import warnings

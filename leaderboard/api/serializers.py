@@ -311,11 +311,22 @@ class TrialSerializer(serializers.ModelSerializer):
 
 
 class EditionSerializer(serializers.ModelSerializer):
-    entries = serializers.IntegerField(source="entries.count", read_only=True)
+    """An edition: frozen and published (its entries readable), or on the calendar (upcoming, open for submissions,
+    closed, or frozen under embargo until `publish_at`: its entries are not shown before)."""
+
+    entries = serializers.SerializerMethodField(help_text="entries of a published edition; null before")
+    state = serializers.SerializerMethodField(help_text="upcoming, open, closed, embargoed or published")
 
     class Meta:
         model = Edition
-        fields = ["id", "name", "title", "notes", "created_at", "frozen_at", "rules_versions", "entries"]
+        fields = ["id", "name", "title", "notes", "created_at", "frozen_at", "rules_versions", "submissions_open",
+                  "submissions_close", "publish_at", "state", "entries"]
+
+    def get_entries(self, edition: Edition) -> int | None:
+        return edition.entries.count() if edition.published else None
+
+    def get_state(self, edition: Edition) -> str:
+        return edition.state()
 
 
 class SubmissionSerializer(serializers.ModelSerializer):

@@ -69,7 +69,7 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
         name = self.request.query_params.get("edition")
         if not name:
             return None
-        return get_object_or_404(Edition, name=name, frozen_at__isnull=False)
+        return get_object_or_404(Edition.objects.public(), name=name)
 
     def every_result(self) -> bool:
         return self.request.query_params.get("all", "") in ("1", "true", "yes")

@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
 from leaderboard import listcache
-from leaderboard.models import Division, Edition, EditionEntry, Result
+from leaderboard.models import Division, Edition, EditionEntry, Result, public_edition_q
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -77,7 +77,7 @@ def visible_results() -> QuerySet[Result]:
     (official results join the list once audited), or cited by a frozen edition."""
     # Columns of the row itself and one correlated EXISTS: a page of one result reads a few index entries,
     # not the whole live list (the stored rank_all says "live": Result.objects.listed()).
-    cited = EditionEntry.objects.filter(result=OuterRef("pk"), edition__frozen_at__isnull=False)
+    cited = EditionEntry.objects.filter(public_edition_q(), result=OuterRef("pk"))
     return Result.objects.filter(
         Q(rank_all__isnull=False)
         | Q(review__in=[Result.Review.PENDING, Result.Review.REJECTED], published=True)
@@ -86,7 +86,14 @@ def visible_results() -> QuerySet[Result]:
 
 
 def frozen_editions() -> QuerySet[Edition]:
-    return Edition.objects.filter(frozen_at__isnull=False)
+    """The frozen editions a reader may see (an embargoed one is not, until its publication)."""
+    return Edition.objects.public()
+
+
+def calendar() -> QuerySet[Edition]:
+    """The editions to come: not frozen yet, or frozen under embargo; soonest first."""
+    return (Edition.objects.exclude(pk__in=Edition.objects.public().values("pk"))
+            .order_by(F("submissions_close").asc(nulls_last=True), "name"))
 
 
 @dataclass
@@ -327,7 +334,7 @@ def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
 
 def editions_over_time(division: str = "") -> list[dict[str, Any]]:
     """Per frozen edition: systems, total and top score of each system's best entry (oldest first)."""
-    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False, rank__isnull=False)
+    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False)
     if division:
         qs = qs.filter(division=division)
     rows = (qs.order_by().values("edition__name").annotate(n=Count("pk"), total=Sum("score_ops"),
@@ -336,7 +343,7 @@ def editions_over_time(division: str = "") -> list[dict[str, Any]]:
 
 
 def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
-    qs = EditionEntry.objects.filter(edition__frozen_at__isnull=False, rank__isnull=False)
+    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False)
     if division:
         qs = qs.filter(division=division)
     rows = (qs.order_by().values("edition__name", "result__system__vendor").annotate(n=Count("pk"))

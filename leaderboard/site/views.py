@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from leaderboard import listcache, ranking, standing
 from leaderboard.attempts import attempt_counts
-from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System
+from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System, public_edition_q
 from leaderboard.pipeline import VERIFIER_VERSION
 from leaderboard.site import changes, charts, queries
 from leaderboard.site import format as fmt
@@ -233,10 +233,12 @@ def _list_json(request: HttpRequest, view: queries.ListView) -> HttpResponse:
 
 
 def editions(request: HttpRequest) -> HttpResponse:
+    upcoming = [{"edition": e, "state": e.state(), "open": fmt.date(e.submissions_open),
+                 "close": fmt.date(e.submissions_close), "publish": fmt.date(e.publish_at)} for e in queries.calendar()]
     rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "results": e.results,
              "top": fmt.ops(e.top),
              "total": fmt.ops(e.total), "frozen": fmt.date(e.frozen_at)} for e in queries.edition_index()]
-    return render(request, "site/editions.html", {"rows": rows, "nav": "editions"})
+    return render(request, "site/editions.html", {"rows": rows, "upcoming": upcoming, "nav": "editions"})
 
 
 # ---- a result ------------------------------------------------------------------------------------
@@ -285,7 +287,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
 
     live = r.rank_all is not None  # stored by leaderboard/ranking.py: set on every live result, NULL off the list
     rank = r.rank if live else None
-    edition_ranks = list(EditionEntry.objects.filter(result=r, edition__frozen_at__isnull=False)
+    edition_ranks = list(EditionEntry.objects.filter(public_edition_q(), result=r)
                          .select_related("edition").order_by("-edition__name"))
     s = r.system
     context = {

@@ -69,7 +69,8 @@ def test_celery_settings_for_safe_redelivery():
     assert "leaderboard.tasks.verify_submission" in app.tasks
     assert {e["task"] for e in app.conf.beat_schedule.values()} == {"leaderboard.tasks.reverify_stale",
                                                                      "leaderboard.tasks.resume_stuck",
-                                                                     "leaderboard.tasks.expire_challenges"}
+                                                                     "leaderboard.tasks.expire_challenges",
+                                                                     "leaderboard.tasks.freeze_due_editions"}
 
 
 def test_server_timing_is_wired_by_its_setting():
