@@ -390,6 +390,18 @@ def _started_at(run: dict[str, Any]) -> datetime | None:
     return None
 
 
+SOFTWARE = ("torch", "cuda", "python", "os")
+
+
+def software(run: dict[str, Any]) -> dict[str, str]:
+    """The software stack run.json records (the site's statement: shown, never judged)."""
+    system = run.get("system") if isinstance(run.get("system"), dict) else {}
+    stack = {k: str(system[k]) for k in SOFTWARE if isinstance(system, dict) and system.get(k) not in (None, "")}
+    if run.get("runner_version"):
+        stack["runner"] = str(run["runner_version"])
+    return stack
+
+
 def witnessed(report: dict[str, Any]) -> bool:
     """Whether the service witnessed the run: its token and its receipts passed."""
     passed = {c["name"] for c in report.get("checks", []) if c.get("passed")}
@@ -417,7 +429,8 @@ def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
         "verifier_version": VERIFIER_VERSION,
         "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
         "witnessed": witnessed(report),
-        "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"]},
+        "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"],
+                                                                          "software": software(run)},
         "started_at": _started_at(run),
     }
 

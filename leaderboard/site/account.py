@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import cache
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -85,7 +86,8 @@ def home(request: HttpRequest) -> HttpResponse:
             sub.result.report = reports.get(sub.pk) or {}
     running = list(RunAttempt.objects.filter(site=site, submission=None).select_related("system")
                    .order_by("-issued_at")[:SHOWN])
-    counts = {s: Submission.objects.filter(site=site, status=s).count() for s in Submission.Status.values}
+    by_status = dict(Submission.objects.filter(site=site).order_by().values_list("status").annotate(n=Count("pk")))
+    counts = ", ".join(f"{by_status[s]} {s}" for s in Submission.Status.values if by_status.get(s))
     return render(request, "site/account.html", {
         "site": site, "rows": [_submission_row(s) for s in subs], "counts": counts, "nav": "my-site",
         "running": [{"run": r, "issued": fmt.date(r.issued_at), "last": fmt.date(r.last_heartbeat_at)}

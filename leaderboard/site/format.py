@@ -41,6 +41,17 @@ def flops(value: float | None) -> str:
     return si(value, "FLOP/s")
 
 
+def bytes_(value: float | None) -> str:
+    """Bytes in binary units: 512 GiB."""
+    if value is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{_sig(value, 3)} {unit}"
+        value /= 1024
+    return "–"
+
+
 def flop(value: float | None) -> str:
     return si(value, "FLOP")
 

@@ -90,6 +90,17 @@ def frozen_editions() -> QuerySet[Edition]:
     return Edition.objects.public()
 
 
+def previous_ranks(edition: Edition) -> dict[tuple[int, str], int] | None:
+    """{(system, division): rank} in the public edition frozen before `edition` (None: it is the first)."""
+    before = (frozen_editions().filter(frozen_at__lt=edition.frozen_at).order_by("-frozen_at").first()
+              if edition.frozen_at else None)
+    if before is None:
+        return None
+    rows = EditionEntry.objects.filter(edition=before, rank__isnull=False).values_list(
+        "result__system_id", "division", "rank")
+    return {(system, division): rank for system, division, rank in rows}
+
+
 def calendar() -> QuerySet[Edition]:
     """The editions to come: not frozen yet, or frozen under embargo; soonest first."""
     return (Edition.objects.exclude(pk__in=Edition.objects.public().values("pk"))

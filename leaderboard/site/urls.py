@@ -9,6 +9,7 @@
     /results/<id>/series.csv|json  the series the service recomputed
     /systems/<id>, /sites/<id>, /statistics, /methodology
     /changes                       the list's transparency log, newest first (leaderboard/site/changes.py)
+    /compare?systems=1,2           two to four systems side by side (leaderboard/site/compare.py)
     /apply                         a centre applies to join the list (leaderboard/site/apply.py)
     /my-site/                      a site's own submissions and runs in progress, signed in with its token
                                    (leaderboard/site/account.py)
@@ -16,7 +17,7 @@
 
 from django.urls import path
 
-from leaderboard.site import account, apply, changes, views
+from leaderboard.site import account, apply, changes, compare, views
 
 urlpatterns = [
     path("", views.ranked_list, name="home"),
@@ -33,6 +34,7 @@ urlpatterns = [
     path("statistics", views.statistics, name="statistics"),
     path("methodology", views.methodology, name="methodology"),
     path("changes", changes.changes, name="changes"),
+    path("compare", compare.compare, name="compare"),
     path("apply", apply.apply, name="apply"),
     path("my-site/", account.home, name="my-site"),
     path("my-site/sign-in", account.login, name="my-site-login"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from statistics import median
 from typing import Any
 
 import aiperf_runner
@@ -67,7 +68,10 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
 
     headers = []
     current, desc = params.sort.lstrip("-"), params.sort.startswith("-")
+    both = not queries.shown_division(params)  # the review list: a Division column; one division: the tab says
     for key, (label, _fields, first_desc) in SORTS.items():
+        if key == "division" and not both:
+            continue
         if key == current:
             nxt = key if desc else f"-{key}"
             aria = "descending" if desc else "ascending"
@@ -92,8 +96,12 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
     edition = view.edition
     admitted = set(edition.rules_versions if edition is not None and edition.rules_versions
                    else ranking.official_rules())
+    previous = queries.previous_ranks(edition) if edition is not None else None
+    if previous is not None:  # an edition after the first: each system's rank in the one before, or "new"
+        headers.insert(1, {"key": "previous", "label": "Previous", "href": "", "aria_sort": None, "numeric": True})
     context = {
-        "view": view, "params": params, "rows_html": _rows_html(view.rows, admitted), "headers": headers,
+        "view": view, "params": params, "rows_html": _rows_html(view.rows, admitted, previous, both),
+        "headers": headers,
         "pages": pages,
         "edition": edition, "editions": list(queries.frozen_editions().values_list("name", flat=True)),
         "divisions": Division.choices, "per_choices": queries.PER_PAGE_CHOICES,
@@ -121,7 +129,8 @@ class _Urls:
         self.site = reverse("site-page", args=[987654321]).replace("987654321", "{}")
 
 
-def _rows_html(rows: list[queries.Row], admitted: set[str]) -> SafeString:
+def _rows_html(rows: list[queries.Row], admitted: set[str],
+               previous: dict[tuple[int, str], int] | None = None, with_division: bool = True) -> SafeString:
     """The <tr> of the list, built here rather than in the template: 100 rows x 13 cells render ~5x faster.
     A result verified under rules the list's official ranking does not admit says which."""
     urls = _Urls()
@@ -134,6 +143,7 @@ def _rows_html(rows: list[queries.Row], admitted: set[str]) -> SafeString:
         out.append(
             f'<tr data-result="{r.pk}">'
             f'<td class="num col-rank">{row.rank if row.rank is not None else "–"}</td>'
+            f'{_previous_cell(previous, s.pk, row.division)}'
             f'<td class="col-system"><a href="{urls.system.format(s.pk)}">{escape(fmt.system_label(s))}</a></td>'
             f'<td class="col-site"><a href="{urls.site.format(site.pk)}">{escape(site.name)}</a></td>'
             f'<td class="col-country"><abbr title="{escape(fmt.country(site.country))}">{escape(site.country)}</abbr></td>'
@@ -145,9 +155,9 @@ def _rows_html(rows: list[queries.Row], admitted: set[str]) -> SafeString:
             f'<td class="num col-accuracy">{fmt.percent(r.max_accuracy, 2)}</td>'
             f'<td class="num col-efficiency">{fmt.percent(r.efficiency) if r.efficiency is not None else "–"}</td>'
             f'<td class="col-precision">{escape(r.precision or "–")}</td>'
-            f'<td class="col-trust">{_trust_marks(r)}</td>'
-            f'<td class="col-division"><span class="tag tag-{escape(row.division)}">{escape(row.division)}</span>'
-            f'{_older_rules(r.rules_version, admitted)}</td>'
+            f'<td class="col-trust">{_trust_marks(r)}{_older_rules(r.rules_version, admitted)}</td>'
+            + (f'<td class="col-division"><span class="tag tag-{escape(row.division)}">{escape(row.division)}</span>'
+               '</td>' if with_division else '') +
             f'<td class="col-level"><span class="tag tag-{escape(r.verification_level)}">'
             f'{escape(_level_label(r.verification_level))}</span></td>'
             f'<td class="col-date">{fmt.date(date)}</td></tr>')
@@ -166,6 +176,41 @@ def _trust_marks(r: Result) -> str:
     cells = "".join(f'<span class="trust-{"ok" if ok else "no"}" title="{escape(words)}">{letter}'
                     f'<span class="visually-hidden"> ({escape(words)})</span></span>' for ok, letter, words in marks)
     return f'<span class="trustmarks">{cells}</span>'
+
+
+def _previous_cell(previous: dict[tuple[int, str], int] | None, system_id: int, division: str) -> str:
+    if previous is None:
+        return ""
+    rank = previous.get((system_id, division))
+    return (f'<td class="num col-previous">{rank}</td>' if rank is not None else
+            '<td class="num col-previous"><span class="tag tag-new" title="not in the previous edition">new</span></td>')
+
+
+def _runs_summary(results: list[Result]) -> list[dict[str, Any]]:
+    """Per division: runs, best, median and spread (max / min - 1) of the scores of a system's results."""
+    out = []
+    for division in (Division.OFFICIAL, Division.OPEN):
+        scores = sorted(r.score_ops for r in results if r.division == division)
+        if scores:
+            out.append({"division": division, "runs": len(scores), "best": fmt.ops(scores[-1]),
+                        "median": fmt.ops(median(scores)),
+                        "spread": fmt.percent(scores[-1] / scores[0] - 1.0) if scores[0] > 0 else "–"})
+    return out
+
+
+def _edition_ranks(s: System) -> list[dict[str, Any]]:
+    """The system's rank in each public edition (its best entry there), newest first."""
+    rows = (EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False)
+            .select_related("edition").order_by("-edition__frozen_at"))
+    return [{"edition": e.edition.name, "division": e.division, "rank": e.rank, "score": fmt.ops(e.score_ops),
+             "result": e.result_id} for e in rows]
+
+
+def _software_text(stack: Any) -> str:
+    if not isinstance(stack, dict) or not stack:
+        return "–"
+    names = {"torch": "PyTorch", "cuda": "CUDA", "python": "Python", "os": "OS", "runner": "aiperf-runner"}
+    return ", ".join(f"{names.get(k, k)} {v}" for k, v in stack.items())
 
 
 def _older_rules(version: str, admitted: set[str]) -> str:
@@ -319,6 +364,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "versions": [
             ("Run id", r.run_id), ("Rules", f"{r.rules_version} (FLOP rules {report.get('rules_used') or report.get('rules') or '–'})"),
             ("Spec", r.spec_version or "–"), ("Runner", r.runner_version or "–"), ("Verifier", r.verifier_version),
+            ("Software (as the run recorded it)", _software_text(report.get("software"))),
             ("Started", fmt.date(r.started_at)), ("Verified", fmt.date(r.verified_at)),
             ("Published", fmt.date(r.published_at)),
         ],
@@ -467,6 +513,7 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
     attempts = attempt_counts(s) if s.registered else None  # one query for the three rows below
     context = {
         "s": s, "label": fmt.system_label(s), "table": table, "charts": charts_html, "peaks": peaks,
+        "summary": _runs_summary(results), "edition_ranks": _edition_ranks(s),
         "siblings": list(siblings), "family_nodes": sorted({r.system.nodes for r in family}),
         "scaling_division": scaling_division,
         "facts": [
@@ -480,6 +527,7 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             ("Abandoned runs (no submission within a week)", f"{attempts['abandoned']}" if attempts else "–"),
             ("Rehearsals (private, never ranked) / verified",
              "{rehearsals} / {rehearsals_verified}".format(**attempts) if attempts else "–"),
+            ("Memory per node", fmt.bytes_(s.memory_per_node) if s.memory_per_node else "–"),
             ("First seen", fmt.date(s.created_at)),
         ],
         "nav": "list",

@@ -94,4 +94,5 @@ def test_web_pages(site_a, make_bundle, client):
     assert page.status_code == 200
     text = page.content.decode()
     assert "integrity.chain" in text and str(body["score_ops"])[:6] in text
+    assert "Software (as the run recorded it)" in text and "aiperf-runner 0.1.0" in text  # run.json's stack
     assert client.get("/results/999999").status_code == 404

@@ -51,6 +51,7 @@ def page_paths() -> list[tuple[str, str | None]]:
         ("/changes", None),
         ("/?division=open", "#ranked-list"),
         ("/apply", "form.apply"),
+        (f"/compare?systems={r.system_id}", "table.compare"),
         ("/my-site/sign-in", "form.signin"),
         ("/api/v1/", None),  # DRF's browsable API
         ("/api/v1/results/", None),

@@ -89,6 +89,7 @@ def test_the_demo_official_results_are_what_their_reports_say(demo_data):
     assert official.exists()
     for r in official:
         assert r.trust() == {"registered": True, "witnessed": True, "audit": "passed", "review": "not needed"}, r.pk
+        assert not r.report["system"]["describe"].startswith("unregistered"), r.report["system"]["describe"]
 
 
 def test_the_demo_editions_rank_each_system_once(demo_data):

@@ -58,3 +58,22 @@ def test_edition_filters_work(client, demo_data):
     assert {int(x) for x in re.findall(r'<tr data-result="(\d+)">', every)} == set(
         e.entries.filter(division="open").values_list("result_id", flat=True))
     assert ranking.edition_ranks(e)
+
+
+def test_an_edition_shows_each_systems_previous_rank_or_new(client, demo_data):
+    demo_data(80)
+    editions = list(Edition.objects.filter(frozen_at__isnull=False).order_by("frozen_at"))
+    assert len(editions) >= 2
+    before, edition = editions[-2], editions[-1]
+    prev = {(e.result.system_id, e.division): e.rank for e in before.entries.exclude(rank=None).select_related("result")}
+    html = client.get(f"/editions/{edition.name}/?per=500").content.decode()
+    assert '<th scope="col" class="col-previous num"' in html
+    rows = re.findall(r'<tr data-result="(\d+)">\s*<td class="num col-rank">\d+</td><td class="num col-previous">(.*?)</td>',
+                      html)
+    assert rows
+    for pk, cell in rows:
+        r = Result.objects.get(pk=pk)
+        was = prev.get((r.system_id, "official"))
+        assert (str(was) == cell) if was is not None else ("new" in cell), (pk, cell)
+    first = client.get(f"/editions/{editions[0].name}/").content.decode()
+    assert "col-previous" not in first  # the first edition has none before it

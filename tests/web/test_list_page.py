@@ -30,7 +30,7 @@ def test_list_shows_every_column_with_units(client, demo_data):
     assert resp.status_code == 200
     html = resp.content.decode()
     for heading in ("Rank", "System", "Site", "Country", "Accelerator", "Nodes", "Score", "Regulated score",
-                    "Best accuracy", "Efficiency", "Precision", "Trust", "Division", "Verification", "Date"):
+                    "Best accuracy", "Efficiency", "Precision", "Trust", "Verification", "Date"):
         assert f">{heading}<" in html or f">{heading}<span" in html, heading
     # One division per table: the official one by default, one entry per system, counted as systems.
     official = Result.objects.entries().filter(division="official")

@@ -71,3 +71,23 @@ def test_score_history_of_one_result_spans_days_not_milliseconds():
     start, end = (datetime.fromisoformat(x) for x in one["range"])
     assert end - start == timedelta(days=30) and start < datetime.fromisoformat("2026-07-29T14:25:21+00:00") < end
     assert _date_range(["2025-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"]) == {}  # spread: plotly's own
+
+
+def test_a_system_page_summarises_its_runs_and_ranks_by_edition(client, demo_data):
+    import statistics
+
+    from leaderboard.models import EditionEntry, System
+    from leaderboard.site import format as fmt
+
+    demo_data(80)
+    entry = EditionEntry.objects.exclude(rank=None).order_by("-edition__frozen_at").select_related("result").first()
+    s = System.objects.get(pk=entry.result.system_id)
+    System.objects.filter(pk=s.pk).update(memory_per_node=512 * 1024**3)
+    page = client.get(f"/systems/{s.pk}").content.decode()
+    assert "Memory per node</dt><dd>512 GiB" in page
+    assert "Rank by edition" in page and f'href="/editions/{entry.edition.name}/"' in page
+    from leaderboard.site.queries import visible_results
+
+    scores = [r.score_ops for r in visible_results().filter(system=s, division=entry.division)]
+    assert f"<td class=\"num\">{len(scores)}</td>" in page
+    assert f"<td class=\"num\">{fmt.ops(statistics.median(scores))}</td>" in page

@@ -1,0 +1,68 @@
+"""`/compare?systems=1,2,3`: two to four systems side by side: hardware and peak, their runs (best of N,
+median, spread), the best result's efficiency and rank, their rank in each edition, and the software stack
+their best run recorded."""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from leaderboard import listcache
+from leaderboard.models import Division, EditionEntry, System, public_edition_q
+from leaderboard.site import format as fmt
+from leaderboard.site import queries
+
+MAX_SYSTEMS = 4
+
+
+def _ids(raw: list[str]) -> list[int]:
+    ids: list[int] = []
+    for part in ",".join(raw).split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) not in ids:
+            ids.append(int(part))
+    return ids[:MAX_SYSTEMS]
+
+
+def _column(s: System, editions: list[str]) -> dict[str, Any]:
+    results = list(queries.visible_results().filter(system=s).only(
+        "pk", "division", "score_ops", "efficiency", "precision", "rank", "rank_all", "peak_flops", "report"))
+    official = [r for r in results if r.division == Division.OFFICIAL]
+    pool = official or results
+    best = max(pool, key=lambda r: r.score_ops, default=None)
+    scores = sorted(r.score_ops for r in pool)
+    ranks = dict(EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False)
+                 .values_list("edition__name", "rank"))
+    software = (best.report or {}).get("software") if best is not None else None
+    return {
+        "s": s, "label": fmt.system_label(s), "site": s.site.name,
+        "hardware": (f"{s.accelerator_count} × {s.accelerator_model}" if s.accelerator_count
+                     else s.cpu_model or "CPU"), "nodes": s.nodes, "interconnect": s.interconnect or "–",
+        "registered": s.registered and s.status == System.Status.APPROVED,
+        "division": best.division if best else "–", "runs": len(pool),
+        "best": fmt.ops(best.score_ops) if best else "–", "best_pk": best.pk if best else None,
+        "median": fmt.ops(median(scores)) if scores else "–",
+        "spread": fmt.percent(scores[-1] / scores[0] - 1.0) if scores and scores[0] > 0 else "–",
+        "efficiency": fmt.percent(best.efficiency) if best and best.efficiency is not None else "–",
+        "precision": best.precision if best else "–", "peak": fmt.flops(best.peak_flops) if best else "–",
+        "rank": best.rank if best and best.rank is not None else "–",
+        "editions": [ranks.get(name, "–") for name in editions],
+        "software": ", ".join(f"{k} {v}" for k, v in software.items()) if isinstance(software, dict) and software
+        else "–",
+    }
+
+
+@listcache.cached_page("site")
+def compare(request: HttpRequest) -> HttpResponse:
+    ids = _ids(request.GET.getlist("systems"))
+    systems = {s.pk: s for s in System.objects.select_related("site").filter(pk__in=ids)}
+    chosen = [systems[pk] for pk in ids if pk in systems]
+    editions = list(queries.frozen_editions().order_by("-frozen_at").values_list("name", flat=True)[:4])
+    columns = [_column(s, editions) for s in chosen]
+    return render(request, "site/compare.html", {
+        "columns": columns, "ids": ",".join(str(s.pk) for s in chosen),
+        "edition_rows": [{"name": name, "ranks": [c["editions"][i] for c in columns]} for i, name in enumerate(editions)],
+        "max": MAX_SYSTEMS, "nav": "list"}, status=200)
