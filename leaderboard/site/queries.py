@@ -98,7 +98,7 @@ def previous_ranks(edition: Edition) -> dict[tuple[int, str], int] | None:
         return None
     rows = EditionEntry.objects.filter(edition=before, rank__isnull=False).values_list(
         "result__system_id", "division", "rank")
-    return {(system, division): rank for system, division, rank in rows}
+    return {(system, division): rank for system, division, rank in rows if rank is not None}
 
 
 def calendar() -> QuerySet[Edition]:
