@@ -45,6 +45,12 @@ def test_register_then_submit(live_server, config_dir, run_dir):
     assert data["status"] == "verified"
     assert data["rank"] == 1
     assert data["reasons"] == []
+    # Where it stands, and why a verified result is not official (a smoke run: the open division).
+    assert data["standing"]["state"] == "live" and data["rank_all"] == 1
+    assert {"validity.preset", "validity.duration"} <= {r["check"] for r in data["not_official_because"]}
+    text = cli("submit", str(run), "--server", live_server.url, "--token", site.token, "--timeout", "60").output
+    assert "rank:         1 in the open division" in text and "not official because:" in text
+    assert "  validity.preset: " in text
     result = Result.objects.get()
     assert data["url"] == f"{live_server.url}/results/{result.pk}"
     report = verify(data["bundle"], pubkey=key.public_key(), require_signature=True)
