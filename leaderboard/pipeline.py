@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 # Bump PIPELINE_VERSION when this module changes what it stores; the runner and spec versions
 # cover changes to the checks and the score. `aiperf_reverify` re-verifies results whose
 # verifier_version differs from VERIFIER_VERSION.
-PIPELINE_VERSION = "2"
-VERIFIER_VERSION = f"runner-{aiperf_runner.__version__}+spec-{SPEC_VERSION}+pipeline-{PIPELINE_VERSION}"
+PIPELINE_VERSION = "3"  # 3: validity.admitted, the rules version declared by the run or kept per submission
+# The spec's rules version counts too: a new one re-verifies every stored result (docs/service.md, "Upgrading").
+VERIFIER_VERSION = (f"runner-{aiperf_runner.__version__}+spec-{SPEC_VERSION}+rules-{spec_rules.RULES_VERSION}"
+                    f"+pipeline-{PIPELINE_VERSION}")
 
 DUPLICATE_SHARED = 3  # epoch-sample digests shared with another submission that make a log a copy of it
 
