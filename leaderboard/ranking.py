@@ -16,17 +16,28 @@ data, every `migrate`). Freezing an edition copies them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec import translog as spec_translog
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, Window
+from django.db.models.functions import Rank, RowNumber
 from django.utils import timezone
 
 from leaderboard import listcache, translog
 from leaderboard.models import Edition, EditionEntry, Result
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class NewRank(TypedDict):
+    new_rank: int
+
+
+Ranked: TypeAlias = "WithAnnotations[Result, NewRank]"
 
 # The fields whose values split the results into separately ranked lists (one definition with the readers'
 # recomputation in the list's log: spec/translog.py).
@@ -36,32 +47,21 @@ PARTITION = spec_translog.RANKED_APART
 _RERANK_LOCK = 0x41495046  # "AIPF"
 
 
+def ranked(results: QuerySet[Result]) -> QuerySet[Ranked]:
+    """`results` annotated with `new_rank`: each one's rank among them (the ranking rule, once)."""
+    return results.order_by().annotate(
+        new_rank=Window(Rank(), partition_by=[F(name) for name in PARTITION], order_by=[F("score_ops").desc()]))
+
+
 def _ranked_as_the_list(results: QuerySet[Result]) -> list[tuple[int, str, int | None, int | None, float, float]]:
-    """(pk, division, rank, rank_all, score, regulated) of a set ranked among itself by the list's rule: `rank_all`
-    every result's place, `rank` each system's best among the systems' best (None for its other results)."""
-    rows = list(results.order_by().values_list("pk", "system_id", *PARTITION, "score_ops", "regulated_score_ops"))
-    rows.sort(key=lambda r: (r[2:2 + len(PARTITION)], -r[-2], r[0]))
-    out: list[tuple[int, str, int | None, int | None, float, float]] = []
-    seen: set[tuple[Any, ...]] = set()
-    counters: dict[tuple[Any, ...], list[Any]] = {}  # partition -> [n, last score, its rank] for rank_all, then rank
-    best_counters: dict[tuple[Any, ...], list[Any]] = {}
-    for pk, system_id, *rest in rows:
-        part, score, regulated = tuple(rest[:len(PARTITION)]), rest[-2], rest[-1]
-        rank_all = _next_rank(counters.setdefault(part, [0, None, 0]), score)
-        rank = None
-        if (system_id, part) not in seen:
-            seen.add((system_id, part))
-            rank = _next_rank(best_counters.setdefault(part, [0, None, 0]), score)
-        out.append((pk, dict(zip(PARTITION, part, strict=True))["division"], rank, rank_all, score, regulated))
-    return out
-
-
-def _next_rank(counter: list[Any], score: float) -> int:
-    """The next place in a list read in score order: equal scores share a rank (1, 2, 2, 4)."""
-    counter[0] += 1
-    if score != counter[1]:
-        counter[1], counter[2] = score, counter[0]
-    return int(counter[2])
+    """(pk, division, rank, rank_all, score, regulated) of a set ranked among itself as the list ranks: `rank_all`
+    every result's place, `rank` each system's best (the highest score, the oldest on a tie) among the systems'
+    best, None for its other results."""
+    best = results.order_by().annotate(n=Window(RowNumber(), partition_by=[F("system_id"), *map(F, PARTITION)],
+                                                order_by=[F("score_ops").desc(), F("pk")])).filter(n=1)
+    rank = dict(ranked(Result.objects.filter(pk__in=[r.pk for r in best])).values_list("pk", "new_rank"))
+    return [(pk, division, rank.get(pk), rank_all, score, regulated) for pk, division, rank_all, score, regulated
+            in ranked(results).values_list("pk", "division", "new_rank", "score_ops", "regulated_score_ops")]
 
 
 def official_rules() -> list[str]:
