@@ -4,14 +4,13 @@ their best run recorded."""
 
 from __future__ import annotations
 
-from statistics import median
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from leaderboard import listcache
-from leaderboard.models import Division, EditionEntry, System, public_edition_q
+from leaderboard.models import Division, EditionEntry, Result, System, public_edition_q
 from leaderboard.site import format as fmt
 from leaderboard.site import queries
 
@@ -29,23 +28,22 @@ def _ids(raw: list[str]) -> list[int]:
 
 def _column(s: System, editions: list[str]) -> dict[str, Any]:
     results = list(queries.visible_results().filter(system=s).only(
-        "pk", "division", "score_ops", "efficiency", "precision", "rank", "rank_all", "peak_flops", "report"))
+        "pk", "division", "score_ops", "efficiency", "precision", "rank", "rank_all", "peak_flops"))
     official = [r for r in results if r.division == Division.OFFICIAL]
     pool = official or results
     best = max(pool, key=lambda r: r.score_ops, default=None)
-    scores = sorted(r.score_ops for r in pool)
     ranks = dict(EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False)
                  .values_list("edition__name", "rank"))
-    software = (best.report or {}).get("software") if best is not None else None
+    # The best run's stack alone: one key of its report, not every report of the system.
+    software = (Result.objects.filter(pk=best.pk).values_list("report__software", flat=True).first()
+                if best is not None else None)
     return {
         "s": s, "label": fmt.system_label(s), "site": s.site.name,
         "hardware": (f"{s.accelerator_count} × {s.accelerator_model}" if s.accelerator_count
                      else s.cpu_model or "CPU"), "nodes": s.nodes, "interconnect": s.interconnect or "–",
         "registered": s.registered and s.status == System.Status.APPROVED,
         "division": best.division if best else "–", "runs": len(pool),
-        "best": fmt.ops(best.score_ops) if best else "–", "best_pk": best.pk if best else None,
-        "median": fmt.ops(median(scores)) if scores else "–",
-        "spread": fmt.percent(scores[-1] / scores[0] - 1.0) if scores and scores[0] > 0 else "–",
+        **fmt.runs([r.score_ops for r in pool]), "best_pk": best.pk if best else None,
         "efficiency": fmt.percent(best.efficiency) if best and best.efficiency is not None else "–",
         "precision": best.precision if best else "–", "peak": fmt.flops(best.peak_flops) if best else "–",
         "rank": best.rank if best and best.rank is not None else "–",

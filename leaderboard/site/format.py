@@ -6,6 +6,7 @@ The pages show stored figures only; these functions format them, they never comp
 from __future__ import annotations
 
 import math
+import statistics
 from datetime import datetime
 
 SI = ((1e24, "Y"), (1e21, "Z"), (1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -50,6 +51,15 @@ def bytes_(value: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{_sig(value, 3)} {unit}"
         value /= 1024
     return "–"
+
+
+def runs(scores: list[float]) -> dict[str, str]:
+    """A system's runs in words: best, median and spread (best / worst - 1) of their scores ('–' for none)."""
+    ordered = sorted(scores)
+    if not ordered:
+        return {"best": "–", "median": "–", "spread": "–"}
+    spread = percent(ordered[-1] / ordered[0] - 1.0) if ordered[0] > 0 else "–"
+    return {"best": ops(ordered[-1]), "median": ops(statistics.median(ordered)), "spread": spread}
 
 
 def flop(value: float | None) -> str:

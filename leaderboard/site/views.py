@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from statistics import median
 from typing import Any
 
 import aiperf_runner
@@ -190,11 +189,9 @@ def _runs_summary(results: list[Result]) -> list[dict[str, Any]]:
     """Per division: runs, best, median and spread (max / min - 1) of the scores of a system's results."""
     out = []
     for division in (Division.OFFICIAL, Division.OPEN):
-        scores = sorted(r.score_ops for r in results if r.division == division)
+        scores = [r.score_ops for r in results if r.division == division]
         if scores:
-            out.append({"division": division, "runs": len(scores), "best": fmt.ops(scores[-1]),
-                        "median": fmt.ops(median(scores)),
-                        "spread": fmt.percent(scores[-1] / scores[0] - 1.0) if scores[0] > 0 else "–"})
+            out.append({"division": division, "runs": len(scores), **fmt.runs(scores)})
     return out
 
 
