@@ -24,6 +24,10 @@ class Standing:
     by: str = ""
     reason: str = ""
 
+    def brief(self) -> dict[str, str]:
+        """What the API says of it: {state, text}."""
+        return {"state": self.state, "text": self.text}
+
 
 def _withdrawal(result: Result) -> tuple[datetime | None, str, str]:
     """(when, by, why) of the result's last withdrawal in the list's log."""

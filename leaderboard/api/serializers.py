@@ -290,8 +290,7 @@ class ResultDetailSerializer(LeaderboardEntrySerializer):
 
     @extend_schema_field(serializers.DictField())
     def get_standing(self, obj: Result) -> dict[str, str]:
-        s = standing.standing(obj)
-        return {"state": s.state, "text": s.text}
+        return standing.standing(obj).brief()
 
     @extend_schema_field(ReasonSerializer(many=True))
     def get_not_official_because(self, obj: Result) -> list[dict[str, str]]:
@@ -425,8 +424,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
         r = self._result(sub)
         if r is None:
             return None
-        s = standing.standing(r)
-        return {"state": s.state, "text": s.text}
+        return standing.standing(r).brief()
 
     @extend_schema_field(ReasonSerializer(many=True))
     def get_not_official_because(self, sub) -> list[dict[str, str]]:
