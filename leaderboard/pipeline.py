@@ -222,9 +222,7 @@ def rules_version(sub: Submission, run: dict[str, Any]) -> str:
     """The rules a submission is verified under: those it was verified under before (a re-verification, a
     rebuild), else the service's own (AIPERF_RULES_VERSION), else those the run declares (spec/rules.py
     `declared_version`; the current ones if it declares none known)."""
-    declared = spec_rules.declared_version(run)
-    return (sub.rules_version or settings.AIPERF_RULES_VERSION
-            or (declared if declared in spec_rules.THRESHOLDS else spec_rules.RULES_VERSION))
+    return sub.rules_version or settings.AIPERF_RULES_VERSION or spec_rules.version_of(run)
 
 
 def admit(report: dict[str, Any]) -> None:

@@ -169,6 +169,13 @@ def declared_version(run: Mapping[str, Any]) -> str | None:
     return "2.0" if "system_id" in config else "1.0"
 
 
+def version_of(run: Mapping[str, Any]) -> str:
+    """The rules version a run is verified under by default: the one it declares, the current one if it
+    declares none this spec knows (`integrity.versions` then fails an unknown one)."""
+    declared = declared_version(run)
+    return declared if declared in THRESHOLDS else RULES_VERSION
+
+
 RUNNER_SIDE = ("weights_keep_share", "states_keep_share", "commit_every_steps")
 """Thresholds the runner applies while a run runs (what it keeps, when it commits): a service's own rules
 version (`add_versions`) cannot change them, or the service would ask for what the run never kept."""

@@ -159,9 +159,7 @@ def _verify_dir(root: Path, pubkey: Any, rules: str | None, require_signature: b
                 records: ServiceRecords | None = None) -> Verified:
     run_dir = RunDir(root)
     run, run_problems = _read_run(run_dir)
-    if rules_version is None:
-        declared = R.declared_version(run)
-        rules_version = declared if declared in R.THRESHOLDS else R.RULES_VERSION
+    rules_version = rules_version or R.version_of(run)
     th = R.thresholds(rules_version)
     if rules is None:
         run_rules = run.get("rules")
