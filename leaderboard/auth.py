@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from leaderboard import limits
 from leaderboard.models import Site, hash_token
 
 
@@ -30,6 +32,12 @@ class SiteTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() not in (b"token", b"bearer"):
             return None
+        if limits.token_guesses_exhausted(request):
+            # Before the token is looked up: a client guessing tokens gets no answer about them, and no query.
+            raise exceptions.Throttled(
+                wait=settings.AIPERF_FAILED_TOKENS_WINDOW_S,
+                detail=f"too many wrong site tokens from this address (AIPERF_FAILED_TOKENS="
+                       f"{settings.AIPERF_FAILED_TOKENS} per {settings.AIPERF_FAILED_TOKENS_WINDOW_S} s); try again later")
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Token <site token>'")
         try:
@@ -38,6 +46,7 @@ class SiteTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("invalid token") from None
         site = Site.objects.filter(token_hash=hash_token(token)).first()
         if site is None:
+            limits.count_failed_token(request)
             raise exceptions.AuthenticationFailed("invalid site token")
         return SiteUser(site), site
 

@@ -1,5 +1,7 @@
 """Limits on what one site may send: writes per minute, uploads per day, uploads at once.
 
+Wrong site tokens are counted per client address (the API and the sign-in page together): after
+AIPERF_FAILED_TOKENS of them in a window, every token from that address is refused with 429 until it ends.
 The write throttle is DRF's (`SimpleRateThrottle`, rate `AIPERF_WRITE_RATE`), counted per site token
 in the cache (Redis in production, shared by every web process). The daily count comes from the
 database (the submissions the site made in the last 24 hours), so it survives a restart; the uploads
@@ -74,6 +76,26 @@ def upload_slot(site: Site) -> Iterator[None]:
             cache.decr(key)
         except ValueError:
             pass
+
+
+def _failed_tokens_key(request: HttpRequest) -> str:
+    return f"aiperf:failed-tokens:{client_ip(request) or 'unknown'}"
+
+
+def token_guesses_exhausted(request: HttpRequest) -> bool:
+    """Whether this client address gave AIPERF_FAILED_TOKENS wrong site tokens in the current window (the API
+    and the site sign-in page count together: a guessed token is a guessed token wherever it is tried)."""
+    return int(cache.get(_failed_tokens_key(request)) or 0) >= settings.AIPERF_FAILED_TOKENS
+
+
+def count_failed_token(request: HttpRequest) -> None:
+    """One more wrong site token from this client address (the window starts at its first)."""
+    key = _failed_tokens_key(request)
+    cache.add(key, 0, timeout=settings.AIPERF_FAILED_TOKENS_WINDOW_S)
+    try:
+        cache.incr(key)
+    except ValueError:  # the window ended between add and incr
+        cache.add(key, 1, timeout=settings.AIPERF_FAILED_TOKENS_WINDOW_S)
 
 
 def client_ip(request: HttpRequest) -> str | None:

@@ -51,12 +51,17 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "csp",
     "axes",
+    "corsheaders",
     "leaderboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "server.nul.RejectNulMiddleware",  # before anything reads a parameter into a query
+    "corsheaders.middleware.CorsMiddleware",  # before anything that answers (its preflight answer)
+    # ETag on every GET, 304 to a matching If-None-Match; the API's Cache-Control (server/httpcache.py).
+    "django.middleware.http.ConditionalGetMiddleware",
+    "server.httpcache.ApiCacheControlMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -270,7 +275,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "leaderboard.api.exceptions.handler",
     "DEFAULT_PAGINATION_CLASS": "leaderboard.api.pagination.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "leaderboard.api.schema.Schema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "AIPerf API",
@@ -283,7 +288,7 @@ SPECTACULAR_SETTINGS = {
     # OpenAPI links between the operations (create -> read, list -> item), for clients and schemathesis.
     # Request bodies that refuse unknown fields say so (additionalProperties: false).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "leaderboard.api.links.add_links",
-                             "leaderboard.api.serializers.closed_request_bodies"],
+                             "leaderboard.api.serializers.closed_request_bodies", "leaderboard.api.schema.described_tags"],
     "ENUM_NAME_OVERRIDES": {
         "SubmissionStatusEnum": "leaderboard.models.Submission.Status",
         "DivisionEnum": "leaderboard.models.Division",
@@ -304,12 +309,30 @@ if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
 # Seconds an anonymous read of the list, a result page, the statistics or the API list may be served from
 # the cache (leaderboard/listcache.py; dropped at once on every change of the list); 0: never cached.
 AIPERF_PAGE_CACHE_S = env.int("AIPERF_PAGE_CACHE_S", default=300)
+# Seconds a browser or proxy may keep an anonymous API read without asking again (Cache-Control max-age;
+# server/httpcache.py). Then it asks with its ETag and gets a 304 while nothing changed.
+AIPERF_API_MAX_AGE_S = env.int("AIPERF_API_MAX_AGE_S", default=60)
+
+# The API's public reads may be fetched by any origin's page (a centre's own site charting its results):
+# reads only, and never with credentials. Writes need a site token in an Authorization header, which
+# no cross-origin page may send (it is not among the allowed headers of the preflight).
+CORS_URLS_REGEX = r"^/api/.*$"
+CORS_ALLOW_ALL_ORIGINS = True
+CORS_ALLOW_CREDENTIALS = False
+CORS_ALLOW_METHODS = ("GET", "HEAD", "OPTIONS")
+CORS_ALLOW_HEADERS = ("accept", "if-none-match", "if-modified-since")
+CORS_EXPOSE_HEADERS = ("ETag", "Content-Disposition")
+CORS_PREFLIGHT_MAX_AGE = 86400
 
 # Uploads: besides AIPERF_MAX_UPLOAD_BYTES, at most this many bundles per site in 24 hours and this
 # many of one site's uploads being received at once (429 beyond either).
 AIPERF_WRITE_RATE = env.str("AIPERF_WRITE_RATE", default="120/min")  # DRF's "N/s|min|hour|day"
 AIPERF_UPLOADS_PER_DAY = env.int("AIPERF_UPLOADS_PER_DAY", default=100)
 AIPERF_UPLOAD_CONCURRENCY = env.int("AIPERF_UPLOAD_CONCURRENCY", default=2)
+# Site tokens guessed from one client address (the API's `Authorization: Token`, the site sign-in page):
+# after this many wrong ones in AIPERF_FAILED_TOKENS_WINDOW_S seconds, 429 until the window ends.
+AIPERF_FAILED_TOKENS = env.int("AIPERF_FAILED_TOKENS", default=10)
+AIPERF_FAILED_TOKENS_WINDOW_S = env.int("AIPERF_FAILED_TOKENS_WINDOW_S", default=600)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 100
 DATA_UPLOAD_MAX_NUMBER_FILES = 2
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.cache import cache
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -15,13 +14,11 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from leaderboard import standing
+from leaderboard import limits, standing
 from leaderboard.models import Result, RunAttempt, Site, Submission, hash_token
 from leaderboard.site import format as fmt
 
 SESSION_KEY = "aiperf_site"
-FAILED_LOGINS = 10  # per client address and window: then 429 until the window ends
-FAILED_WINDOW_S = 600
 SHOWN = 200  # the newest submissions and runs a page lists
 
 
@@ -30,17 +27,12 @@ def signed_in(request: HttpRequest) -> Site | None:
     return Site.objects.filter(pk=pk).first() if pk else None
 
 
-def _client(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
-
-
 @never_cache
 @require_http_methods(["GET", "POST"])
 def login(request: HttpRequest) -> HttpResponse:
     error, status = "", 200
     if request.method == "POST":
-        key = f"aiperf:site-login-failed:{_client(request)}"
-        if (cache.get(key) or 0) >= FAILED_LOGINS:
+        if limits.token_guesses_exhausted(request):
             error, status = "Too many failed sign-ins from this address: try again in a few minutes.", 429
         else:
             token = str(request.POST.get("token", "")).strip()
@@ -49,8 +41,7 @@ def login(request: HttpRequest) -> HttpResponse:
                 request.session.cycle_key()
                 request.session[SESSION_KEY] = site.pk
                 return HttpResponseRedirect(reverse("my-site"))
-            cache.add(key, 0, FAILED_WINDOW_S)
-            cache.incr(key)
+            limits.count_failed_token(request)
             error, status = "That is not a site's API token.", 403
     return render(request, "site/account_login.html", {"error": error, "nav": "my-site"}, status=status)
 
