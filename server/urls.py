@@ -8,11 +8,12 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from leaderboard import health
 from leaderboard.api import translog as log_views
 from leaderboard.api.router import router
+from leaderboard.api.schemaview import CachedSchemaView
 from leaderboard.api.uploads import UploadsView, UploadView
 from leaderboard.api.views import WitnessView
 
@@ -38,7 +39,7 @@ urlpatterns = [
     path("api/v1/uploads/", UploadsView.as_view(), name="uploads"),
     path("api/v1/uploads/<uuid:pk>/", UploadView.as_view(), name="upload"),
     path("api/v1/", include(router.urls)),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", CachedSchemaView.as_view(), name="schema"),
     # The split view serves Swagger UI's setup as a script of its own: no inline script (CSP).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     # Browsers ask for /favicon.ico on pages that name none (the API's, the admin's).

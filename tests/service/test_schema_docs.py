@@ -76,3 +76,24 @@ def test_docker_compose_services():
     env = services["web"]["environment"]
     assert env["DATABASE_URL"].startswith("postgres://") and env["CELERY_BROKER_URL"].startswith("redis://")
     assert (REPO / "Dockerfile").is_file()
+
+
+def test_schema_reads_as_documentation(client, db):
+    """A tag per resource with what it holds, a summary on every operation, a view's description said once,
+    the public reads documented as needing no token (writes need one), and the schema built once."""
+    from leaderboard.api.schemaview import CachedSchemaView
+
+    CachedSchemaView._built.clear()
+    schema = client.get("/api/schema/?format=json").json()
+    tags = {t["name"]: t.get("description") for t in schema["tags"]}
+    assert {"leaderboard", "results", "systems", "submissions", "log", "runs"} <= set(tags) and all(tags.values())
+    ops = [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()]
+    for path, method, op in ops:
+        assert op["summary"] and op["tags"][0] in tags, (method, path, op.get("tags"))
+        anonymous = {} in op["security"]
+        public = method == "get" and not path.startswith("/api/v1/uploads/")
+        assert anonymous == public, (method, path, op["security"])
+    described = [op["description"] for _, _, op in ops if op.get("description")]
+    assert len(described) == len(set(described)), "a description repeated on several operations"
+    assert CachedSchemaView._built  # kept: the next request renders it without building it again
+    assert client.get("/api/schema/?format=json").json() == schema
