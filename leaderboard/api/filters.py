@@ -3,7 +3,7 @@
 import django_filters as df
 from rest_framework.filters import OrderingFilter
 
-from leaderboard.models import Division, Result, Submission, System
+from leaderboard.models import Division, Result, SiteKey, Submission, System
 
 
 class ResultFilter(df.FilterSet):
@@ -49,6 +49,16 @@ class SubmissionFilter(df.FilterSet):
     class Meta:
         model = Submission
         fields = ["status", "site", "run_id"]
+
+
+class SiteKeyFilter(df.FilterSet):
+    """`site` is a site's name here too, as on every list (it was an id)."""
+
+    site = df.CharFilter(field_name="site__name", lookup_expr="iexact")
+
+    class Meta:
+        model = SiteKey
+        fields = ["site"]
 
 
 class RankOrderingFilter(OrderingFilter):
