@@ -6,9 +6,12 @@ in the API and `aiperf-runner submit`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from django.db.models import OuterRef, Subquery
 
 from leaderboard.models import Division, LogEntry, Result, Submission
 
@@ -29,9 +32,10 @@ class Standing:
         return {"state": self.state, "text": self.text}
 
 
-def _withdrawal(result: Result) -> tuple[datetime | None, str, str]:
+def _withdrawal(result: Result, page: PageFacts | None = None) -> tuple[datetime | None, str, str]:
     """(when, by, why) of the result's last withdrawal in the list's log."""
-    row = LogEntry.objects.filter(result_id=result.pk).order_by("-index").values_list("data", flat=True).first()
+    row = (page.last_entries.get(result.pk) if page is not None else
+           LogEntry.objects.filter(result_id=result.pk).order_by("-index").values_list("data", flat=True).first())
     entry = json.loads(row) if row else {}
     if entry.get("event") != "withdrawn":
         return None, "", ""
@@ -43,8 +47,41 @@ def _date(at: datetime | None) -> str:
     return at.strftime("%-d %B %Y") if at else "an unknown date"
 
 
-def standing(result: Result) -> Standing:
-    """The result's place, as its page's banner says it."""
+def _listed_as(result: Result) -> tuple[int, str, str]:
+    return (result.system_id, result.division, result.rules)
+
+
+@dataclass(frozen=True)
+class PageFacts:
+    """What `standing` reads beyond a result's own row, fetched for a whole page of results at once (the API's
+    submissions): each system's ranked result where a live result is not its best, each withdrawn result's last
+    entry in the list's log."""
+
+    bests: dict[tuple[int, str, str], tuple[int, int]]
+    last_entries: dict[int, str]
+
+
+def page_facts(results: Iterable[Result]) -> PageFacts:
+    """PageFacts of `results` (whose submissions are already read): two queries at most, whatever their number."""
+    results = list(results)
+    wanted = {_listed_as(r) for r in results if r.rank_all is not None and r.rank is None}
+    bests: dict[tuple[int, str, str], tuple[int, int]] = {}
+    if wanted:
+        rows = (Result.objects.filter(system_id__in={w[0] for w in wanted}).exclude(rank=None)
+                .values_list("system_id", "division", "rules", "pk", "rank"))
+        bests = {(system, division, rules): (pk, rank) for system, division, rules, pk, rank in rows
+                 if rank is not None and (system, division, rules) in wanted}
+    withdrawn = [r.pk for r in results if r.submission.status == Submission.Status.WITHDRAWN]
+    last_entries: dict[int, str] = {}
+    if withdrawn:
+        last = LogEntry.objects.filter(result_id=OuterRef("result_id")).order_by("-index").values("index")[:1]
+        last_entries = {result_id: data for result_id, data in LogEntry.objects.filter(
+            result_id__in=withdrawn, index=Subquery(last)).values_list("result_id", "data") if result_id is not None}
+    return PageFacts(bests, last_entries)
+
+
+def standing(result: Result, page: PageFacts | None = None) -> Standing:
+    """The result's place, as its page's banner says it; `page`: `page_facts()` of the page it is on, if any."""
     sub = result.submission
     division = result.get_division_display().lower()
     if sub.rehearsal:
@@ -52,13 +89,14 @@ def standing(result: Result) -> Standing:
     if result.rank_all is not None:  # stored by leaderboard/ranking.py: set on every live result
         if result.rank is not None:
             return Standing("live", f"Rank {result.rank} in the {division} division of the live list.")
-        best = (Result.objects.filter(system_id=result.system_id, division=result.division, rules=result.rules)
+        best = (page.bests.get(_listed_as(result)) if page is not None else
+                Result.objects.filter(system_id=result.system_id, division=result.division, rules=result.rules)
                 .exclude(rank=None).values_list("pk", "rank").first())
         shown = f" The list shows its system's best, result #{best[0]} (rank {best[1]})." if best else ""
         return Standing("live_not_best", f"On the live list, not its system's best result: rank {result.rank_all} "
                                          f"among every {division} result.{shown}")
     if sub.status == Submission.Status.WITHDRAWN:
-        at, by, why = _withdrawal(result)
+        at, by, why = _withdrawal(result, page)
         text = f"Withdrawn on {_date(at)}" + (f" by {by}" if by else "") + (f": {why}." if why else ".")
         return Standing("withdrawn", text, at, by, why)
     if result.review == Result.Review.PENDING:
@@ -81,13 +119,13 @@ def standing(result: Result) -> Standing:
     return Standing("unpublished", "Verified, waiting for a list maintainer to publish it.")
 
 
-def not_official_because(result: Result) -> list[dict[str, str]]:
+def not_official_because(result: Result, state: Standing | None = None) -> list[dict[str, str]]:
     """Why a verified result is not (or not yet) in the official ranking: each failed check with its message,
-    then what the list still waits for; [] for an official result on the list."""
+    then what the list still waits for; [] for an official result on the list. `state`: its standing, if known."""
     reasons = [{"check": c["name"], "message": c.get("message", "")}
                for c in (result.report or {}).get("checks", []) if not c.get("passed")]
     if result.division == Division.OFFICIAL:
-        state = standing(result)
+        state = state or standing(result)
         if state.state not in ("live", "live_not_best"):
             reasons.append({"check": f"list.{state.state}", "message": state.text})
     return reasons

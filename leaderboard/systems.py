@@ -26,9 +26,16 @@ def is_cpu(model: str) -> bool:
     return model.strip().lower() == "cpu"
 
 
-def known_peak(model: str) -> dict[str, float] | None:
-    """Per-accelerator peak FLOP/s per precision: a maintainer's figure, else the table's; None if unknown."""
-    added = AcceleratorPeak.objects.filter(accelerator_model__iexact=model.strip()).first()
+def added_peaks() -> dict[str, AcceleratorPeak]:
+    """The maintainers' figures by model name (lower case): read once for a page of systems."""
+    return {p.accelerator_model.strip().lower(): p for p in AcceleratorPeak.objects.all()}
+
+
+def known_peak(model: str, added_by_model: dict[str, AcceleratorPeak] | None = None) -> dict[str, float] | None:
+    """Per-accelerator peak FLOP/s per precision: a maintainer's figure, else the table's; None if unknown.
+    `added_by_model`: added_peaks(), when a page of systems is read."""
+    added = (added_by_model.get(model.strip().lower()) if added_by_model is not None else
+             AcceleratorPeak.objects.filter(accelerator_model__iexact=model.strip()).first())
     if added is not None:
         return added.per_precision()
     acc = peaks.lookup(model)

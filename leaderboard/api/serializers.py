@@ -13,9 +13,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from leaderboard import standing
-from leaderboard.attempts import attempt_counts
+from leaderboard.attempts import counts_of
 from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
-from leaderboard.systems import is_cpu, known_peak
+from leaderboard.standing import Standing
+from leaderboard.systems import added_peaks, is_cpu, known_peak
 
 UNKNOWN_FIELD = "unknown field: this endpoint does not take it"
 
@@ -68,12 +69,20 @@ class SystemBriefSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "vendor", "accelerator_model", "accelerator_count", "nodes", "interconnect"]
 
 
+def page_of(serializer: serializers.Serializer) -> list[Any]:
+    """The objects serialized with `serializer`'s: the page (or the export) of a list, else its one object."""
+    parent = serializer.parent
+    if isinstance(parent, serializers.ListSerializer) and parent.instance is not None:
+        return list(parent.instance)
+    return [serializer.instance] if serializer.instance is not None else []
+
+
 class SiteSerializer(serializers.ModelSerializer):
     # A plain string: the model's blank URLField became `oneOf: [uri, maxLength 0]` in the schema, which
     # "" matches twice (found by schemathesis). Sites are read-only in the API; manage.py checks the URL.
     url = serializers.CharField(read_only=True, help_text="the site's web page, or empty")
     keys = serializers.SerializerMethodField()
-    systems = serializers.IntegerField(source="systems.count", read_only=True)
+    systems = serializers.SerializerMethodField()
     results = serializers.SerializerMethodField()
 
     class Meta:
@@ -84,7 +93,14 @@ class SiteSerializer(serializers.ModelSerializer):
     def get_keys(self, site):
         return [{"fingerprint": k.fingerprint, "revoked": k.revoked} for k in site.keys.all()]
 
+    # Counted by the view's query (api/views.py SiteViewSet) for a whole page at once; else here.
+    def get_systems(self, site) -> int:
+        counted = getattr(site, "n_systems", None)
+        return int(counted) if counted is not None else site.systems.count()
+
     def get_results(self, site) -> int:
+        if hasattr(site, "n_live_results"):
+            return int(site.n_live_results or 0)  # a site without any: the subquery's NULL
         return Result.objects.live().filter(site=site).count()
 
 
@@ -110,18 +126,25 @@ class SystemSerializer(serializers.ModelSerializer):
                   "runs_verified", "runs_abandoned", "rehearsals", "rehearsals_verified"]
 
     def get_results(self, system) -> list[int]:
+        live = getattr(system, "live_results", None)  # prefetched for a page by the view (SystemViewSet)
+        if live is not None:
+            return [r.pk for r in live]
         return list(Result.objects.live().filter(system=system).order_by("-score_ops").values_list("pk", flat=True))
 
     @extend_schema_field(serializers.DictField(child=serializers.FloatField(), allow_null=True))
     def get_peak_flops(self, system):
         if not system.registered:
             return system.peak_flops
-        return None if is_cpu(system.accelerator_model) else known_peak(system.accelerator_model)
+        if is_cpu(system.accelerator_model):
+            return None
+        if "_peaks" not in self.context:
+            self.context["_peaks"] = added_peaks()  # type: ignore[index]
+        return known_peak(system.accelerator_model, self.context["_peaks"])
 
     def _attempts(self, system) -> dict[str, int]:
         cache: dict[int, dict[str, int]] = self.context.setdefault("_attempts", {})  # type: ignore[attr-defined]
-        if system.pk not in cache:
-            cache[system.pk] = attempt_counts(system)
+        if system.pk not in cache:  # the whole page's counts in one query
+            cache.update(counts_of([s.pk for s in page_of(self) if s.pk not in cache] or [system.pk]))
         return cache[system.pk]
 
     def get_runs_attempted(self, system) -> int:
@@ -322,14 +345,21 @@ class EditionSerializer(serializers.ModelSerializer):
                   "submissions_close", "publish_at", "state", "entries"]
 
     def get_entries(self, edition: Edition) -> int | None:
-        return edition.entries.count() if edition.published else None
+        if not edition.published:
+            return None
+        counted = getattr(edition, "n_entries", None)  # counted by the view's query for the whole page
+        return int(counted) if counted is not None else edition.entries.count()
 
     def get_state(self, edition: Edition) -> str:
         return edition.state()
 
 
+PRIVATE_MESSAGE = "shown to the submitting site only (its token, or its page /my-site/)"
+
+
 class SubmissionSerializer(serializers.ModelSerializer):
-    """A submission's place in the pipeline, and its result once verified."""
+    """A submission's place in the pipeline, and its result once verified. Anyone sees which checks a refused
+    submission failed; only its own site sees their messages and a service fault's `error`."""
 
     site = SiteBriefSerializer(read_only=True)
     result = serializers.SerializerMethodField()
@@ -363,6 +393,20 @@ class SubmissionSerializer(serializers.ModelSerializer):
                   "audit_note", "rehearsal", "standing", "not_official_because"]
         read_only_fields = ["challenge", "challenged_at", "rehearsal"]
 
+    def to_representation(self, sub: Submission) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(sub)
+        if not self._viewed_by_its_site(sub):
+            # A refusal is public as a fact (which checks failed), its words are its site's: they quote the
+            # site's run, hardware and figures. A service fault (`error`) is the service's own business.
+            data["reasons"] = [{"check": r.get("check", ""), "message": PRIVATE_MESSAGE} for r in data["reasons"]]
+            data["error"] = ""
+        return data
+
+    def _viewed_by_its_site(self, sub: Submission) -> bool:
+        request = self.context.get("request")
+        auth = getattr(request, "auth", None)
+        return request is None or (isinstance(auth, Site) and auth.pk == sub.site_id)
+
     def get_audit(self, sub) -> str | None:
         r = self._result(sub)
         return r.audit if r else None
@@ -372,13 +416,13 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return str((r.audit_report or {}).get("message") or "") if r else ""
 
     def get_evidence(self, sub) -> list[str]:
-        return sorted(sub.evidence.values_list("trial", flat=True))
+        return sorted(e.trial for e in sub.evidence.all())  # prefetched by the view
 
     def get_states(self, sub) -> list[dict[str, str]]:
         return [{"trial": trial, "sha256": sha} for sha, trial in sorted(sub.states_wanted().items())]
 
     def get_states_received(self, sub) -> list[str]:
-        return sorted(sub.states.values_list("sha256", flat=True))
+        return sorted(st.sha256 for st in sub.states.all())
 
     @staticmethod
     def _result(sub) -> Result | None:
@@ -419,17 +463,28 @@ class SubmissionSerializer(serializers.ModelSerializer):
         r = self._result(sub)
         return r.rank_all if r else None
 
-    @extend_schema_field(serializers.DictField(allow_null=True))
-    def get_standing(self, sub) -> dict[str, str] | None:
+    def _standing(self, sub) -> Standing | None:
+        """Its result's standing, worked out once per row (two fields read it) from facts read once per page."""
         r = self._result(sub)
         if r is None:
             return None
-        return standing.standing(r).brief()
+        known: dict[int, Standing] = self.context.setdefault("_standing", {})  # type: ignore[attr-defined]
+        if r.pk not in known:
+            if "_page" not in self.context:
+                self.context["_page"] = standing.page_facts(  # type: ignore[index]
+                    res for res in map(self._result, page_of(self)) if res is not None)
+            known[r.pk] = standing.standing(r, self.context["_page"])
+        return known[r.pk]
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_standing(self, sub) -> dict[str, str] | None:
+        state = self._standing(sub)
+        return state.brief() if state else None
 
     @extend_schema_field(ReasonSerializer(many=True))
     def get_not_official_because(self, sub) -> list[dict[str, str]]:
         r = self._result(sub)
-        return standing.not_official_because(r) if r else []
+        return standing.not_official_because(r, self._standing(sub)) if r else []
 
 
 def flag(raw: object) -> bool:

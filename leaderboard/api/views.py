@@ -10,7 +10,7 @@ from aiperf_runner.spec import keys as spec_keys
 from aiperf_runner.spec.flops import RULES as FLOP_RULES
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.decorators import method_decorator
@@ -150,7 +150,10 @@ class SystemViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["nodes", "accelerator_count", "created_at", "accelerator_model"]
 
     def get_queryset(self):
-        qs = System.objects.select_related("site").all()
+        # Each row lists its live results: one query for the page (or the export), not one per row.
+        live = Prefetch("results", to_attr="live_results",
+                        queryset=Result.objects.live().order_by("-score_ops").only("pk", "system_id"))
+        qs = System.objects.select_related("site").prefetch_related(live).all()
         if self.request.query_params.get("mine") in ("1", "true", "yes") and isinstance(self.request.auth, Site):
             qs = qs.filter(site=self.request.auth, registered=True)
         return qs
@@ -233,7 +236,11 @@ class WitnessView(APIView):
 
 @extend_schema_view(list=extend_schema(parameters=[FORMAT]))
 class SiteViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = Site.objects.prefetch_related("keys").all()
+    # Its systems and live results counted in the page's one query (api/serializers.py SiteSerializer).
+    queryset = Site.objects.prefetch_related("keys").annotate(
+        n_systems=Count("systems", distinct=True),
+        n_live_results=Subquery(Result.objects.live().filter(site=OuterRef("pk")).order_by().values("site")
+                                .annotate(n=Count("pk")).values("n")[:1])).order_by("name")  # GROUP BY drops Meta's
     serializer_class = s.SiteSerializer
     filterset_fields = ["country"]
     ordering_fields = ["name", "country", "created_at"]
@@ -241,7 +248,7 @@ class SiteViewSet(viewsets.ReadOnlyModelViewSet):
 
 @extend_schema_view(list=extend_schema(parameters=[FORMAT]))
 class EditionViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = Edition.objects.all()
+    queryset = Edition.objects.annotate(n_entries=Count("entries")).order_by("-name")  # GROUP BY drops Meta's
     serializer_class = s.EditionSerializer
     ordering_fields = ["name", "frozen_at"]
 
@@ -257,7 +264,8 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Upload a signed bundle (site token), and follow it through verification. A rehearsal's submission
     is shown to its own site only."""
 
-    queryset = Submission.objects.select_related("site", "result").all()
+    # A row reads its evidence and states: fetched for the whole page (or export) at once.
+    queryset = Submission.objects.select_related("site", "result").prefetch_related("evidence", "states").all()
     serializer_class = s.SubmissionSerializer
     filterset_class = filters.SubmissionFilter
     ordering_fields = ["created_at", "status"]
@@ -346,7 +354,7 @@ class SiteKeyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     queryset = SiteKey.objects.select_related("site").all()
     serializer_class = s.SiteKeySerializer
-    filterset_fields = ["site"]
+    filterset_class = filters.SiteKeyFilter
 
     @extend_schema(responses={201: s.SiteKeySerializer, 200: OpenApiResponse(s.SiteKeySerializer,
                    "already registered to this site"), 409: OpenApiTypes.OBJECT})
