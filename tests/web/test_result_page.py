@@ -27,11 +27,11 @@ def test_result_page_has_its_four_charts_and_the_local_plotly(client, demo_data)
     for div in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
         assert f'id="{div}"' in html, div
         assert figure(html, div)["data"], div
-    assert '<script src="/static/vendor/plotly.min.js" defer></script>' in html
+    assert '<script src="/static/vendor/plotly-basic.min.js" defer></script>' in html
     assert '<script src="/static/site/charts.js" defer></script>' in html
     assert "<script>" not in html  # no inline script (the Content-Security-Policy allows none)
     assert "cdn.plot.ly" not in html and "cdn.jsdelivr" not in html  # no CDN anywhere
-    assert html.count("/static/vendor/plotly.min.js") == 1
+    assert html.count("/static/vendor/plotly-basic.min.js") == 1
     assert "steady-state window" in html  # the shaded window's label
 
 
