@@ -193,6 +193,25 @@ def score_history(rows: Iterable[dict[str, Any]], div_id: str = "chart-history")
     return render(data, layout, div_id, height=320)
 
 
+def site_history(rows: Iterable[dict[str, Any]], div_id: str = "chart-site-history") -> SafeString:
+    """A site's results against their date, one line per system (`rows[].system_id`, named `rows[].system`):
+    the scores of different machines are not one series, and a line joining them would read as one machine's
+    progress."""
+    rows = list(rows)
+    systems: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        systems.setdefault(r["system_id"], []).append(r)
+    data = [{"type": "scatter", "mode": "lines+markers", "name": of[0]["system"], "x": [r["date"] for r in of],
+             "y": [r["score"] for r in of], "text": [r["label"] for r in of], "customdata": [r["regulated"] for r in of],
+             "marker": {"color": PALETTE[i % len(PALETTE)], "size": 9}, "line": {"color": PALETTE[i % len(PALETTE)]},
+             "hovertemplate": "%{text}<br>%{y:.4s}OPS (regulated %{customdata:.4s}OPS)<extra>%{fullData.name}</extra>"}
+            for i, of in enumerate(systems.values())]
+    layout = _layout(xaxis={"title": {"text": "date"}, "type": "date", **_date_range(r["date"] for r in rows)},
+                     yaxis={"title": {"text": "score (OPS)"}, "tickformat": "~s", "rangemode": "tozero"},
+                     showlegend=True)
+    return render(data, layout, div_id, height=340)
+
+
 def _date_range(dates: Iterable[str], min_span: timedelta = timedelta(days=30)) -> dict[str, Any]:
     """An x range of at least `min_span` around ISO dates that lie close together (one result
     would otherwise get an axis of milliseconds), with day ticks; nothing when they spread wider."""

@@ -543,10 +543,11 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
     charts_html = {}
     if results:
         by_date = sorted(results, key=lambda r: (r.published_at or r.verified_at, r.pk))
-        charts_html["history"] = charts.score_history(
-            ({"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
-              "regulated": r.regulated_score_ops, "label": f"result {r.pk}: {fmt.system_label(r.system)}"}
-             for r in by_date), div_id="chart-site-history")
+        charts_html["history"] = charts.site_history(
+            {"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
+             "regulated": r.regulated_score_ops, "label": f"result {r.pk}", "system_id": r.system_id,
+             "system": fmt.system_label(r.system)}
+            for r in by_date)
     context = {
         "st": st, "country_name": fmt.country(st.country), "table": _results_table(results),
         "systems": [{"s": x, "url": reverse("system-page", args=[x.pk]), "label": fmt.system_label(x), "n": x.n,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leaderboard.models import Result, Site
+from tests.web.charts import figure
 
 pytestmark = pytest.mark.django_db
 
@@ -21,6 +22,18 @@ def test_site_page_lists_systems_results_and_keys(client, demo_data):
     for key in site.keys.all():
         assert key.fingerprint in html
     assert 'id="chart-site-history"' in html
+
+
+def test_the_sites_history_draws_one_line_per_system(client, demo_data):
+    """Results of different machines are not one series: each system is a line of its own."""
+    demo_data(40)
+    site = max(Site.objects.all(), key=lambda s: s.systems.filter(results__in=Result.objects.live()).distinct().count())
+    live = Result.objects.live().filter(site=site)
+    systems = set(live.values_list("system_id", flat=True))
+    assert len(systems) >= 2, "the demo data should give a site two systems with results"
+    fig = figure(client.get(f"/sites/{site.pk}").content.decode(), "chart-site-history")
+    assert len(fig["data"]) == len(systems)
+    assert sum(len(trace["x"]) for trace in fig["data"]) == live.count()
 
 
 def test_unknown_site_is_not_found(client):
