@@ -8,6 +8,7 @@ frozen edition's from its entries.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
@@ -370,3 +371,20 @@ def live_summary(division: str = "") -> dict[str, Any]:
     agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
     return {"name": "live", "n": agg["n"], "total": agg["total"] or 0.0, "top": agg["top"]}
 
+
+def reference_efficiency(division: str = "", model: str | None = None) -> list[dict[str, Any]]:
+    """Efficiency against peak per accelerator model and precision, from each system's best result on the live
+    list (`rank` set; accelerators only): [{model, precision, n (systems), median, best}], most systems first.
+    What a system's own efficiency is read against: the list's own results, not a vendor's figure."""
+    qs = (Result.objects.listed().filter(rank__isnull=False, efficiency__isnull=False, rules="v2")
+          .exclude(system__accelerator_count=0))
+    if division:
+        qs = qs.filter(division=division)
+    if model is not None:
+        qs = qs.filter(system__accelerator_model=model)
+    groups: dict[tuple[str, str], list[float]] = {}
+    for name, precision, efficiency in qs.values_list("system__accelerator_model", "precision", "efficiency"):
+        groups.setdefault((name, precision), []).append(float(efficiency))
+    rows = [{"model": name, "precision": precision, "n": len(values), "median": statistics.median(values),
+             "best": max(values)} for (name, precision), values in groups.items()]
+    return sorted(rows, key=lambda r: (-r["n"], r["model"], r["precision"]))

@@ -524,12 +524,29 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             ("Abandoned runs (no submission within a week)", f"{attempts['abandoned']}" if attempts else "–"),
             ("Rehearsals (private, never ranked) / verified",
              "{rehearsals} / {rehearsals_verified}".format(**attempts) if attempts else "–"),
+            ("Efficiency against its peers", _against_peers(s, results)),
             ("Memory per node", fmt.bytes_(s.memory_per_node) if s.memory_per_node else "–"),
             ("First seen", fmt.date(s.created_at)),
         ],
         "nav": "list",
     }
     return render(request, "site/system.html", context)
+
+
+def _against_peers(s: System, results: list[Result]) -> str:
+    """The system's best efficiency beside the list's median for its accelerator model at that precision."""
+    ranked = [r for r in results if r.rank is not None and r.efficiency is not None and r.rules == "v2"]
+    if not ranked or not s.accelerator_count:
+        return "–"
+    best = max(ranked, key=lambda r: r.score_ops)
+    peers = queries.reference_efficiency(best.division, s.accelerator_model)
+    ref = next((p for p in peers if p["precision"] == best.precision), None)
+    mine = f"{fmt.percent(best.efficiency)} ({best.precision}, result {best.pk})"
+    if ref is None or ref["n"] < 2:
+        return f"{mine}; no other system with {s.accelerator_model} at {best.precision} on the list yet"
+    return (f"{mine}; the median of the {ref['n']} systems with {s.accelerator_model} at {best.precision} in the "
+            f"{best.get_division_display().lower()} division is {fmt.percent(ref['median'])} "
+            f"(best {fmt.percent(ref['best'])})")
 
 
 def site(request: HttpRequest, pk: int) -> HttpResponse:
@@ -588,6 +605,8 @@ def statistics(request: HttpRequest) -> HttpResponse:
     context = {
         "division": division, "divisions": Division.choices, "charts": charts_html, "live": live,
         "live_total": fmt.ops(live["total"]), "live_top": fmt.ops(live["top"]),
+        "efficiency_rows": [{**r, "median": fmt.percent(r["median"]), "best": fmt.percent(r["best"])}
+                            for r in queries.reference_efficiency(division)],
         "vendor_rows": table(shares["vendor"]),
         "country_rows": table(shares["country"], lambda c: f"{fmt.country(c)} ({c})"),
         "accelerator_rows": table(shares["accelerator"]),
