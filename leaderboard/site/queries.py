@@ -384,7 +384,8 @@ def reference_efficiency(division: str = "", model: str | None = None) -> list[d
         qs = qs.filter(system__accelerator_model=model)
     groups: dict[tuple[str, str], list[float]] = {}
     for name, precision, efficiency in qs.values_list("system__accelerator_model", "precision", "efficiency"):
-        groups.setdefault((name, precision), []).append(float(efficiency))
+        if efficiency is not None:  # filtered out above; said again for the type
+            groups.setdefault((name, precision), []).append(float(efficiency))
     rows = [{"model": name, "precision": precision, "n": len(values), "median": statistics.median(values),
              "best": max(values)} for (name, precision), values in groups.items()]
     return sorted(rows, key=lambda r: (-r["n"], r["model"], r["precision"]))
