@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import resource
 import secrets
@@ -210,10 +211,16 @@ def replay_check(seg: dict[str, Any], verdict: dict[str, Any], tolerance: float)
     where = (f"trial {seg['trial']} epoch {seg['epoch']} steps {seg['first'] + 1}-{seg['last']} on "
              f"{seg['world']} rank(s)")
     ratio, ok = verdict.get("ratio"), bool(verdict.get("passed"))
+    if isinstance(ratio, float) and not math.isfinite(ratio):
+        ratio = None  # a runner of before 5 December said infinity for a segment that did not move
     if verdict.get("error"):
         message = f"{where}: not re-executed ({verdict['error']})"
     elif verdict.get("exact"):
         message = f"{where}: re-executed to the committed state exactly"
+    elif ratio is None:
+        message = (f"{where}: the committed states did not move over these steps, and re-executing them moved the "
+                   f"state by {float(verdict.get('distance') or 0):.3g}: the committed work is not what the segment does")
+        ok = False
     else:
         message = (f"{where}: re-executed to {ratio:.3g} of the segment's own move away from the committed state "
                    f"(tolerance {tolerance:g})" + ("" if ok else ": the committed work is not what the segment does"))
@@ -310,7 +317,20 @@ def run(submission_id: int, *, again: bool = False) -> str:
     return A.PASSED
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every infinite or NaN float as None: PostgreSQL's JSON holds neither, and one of them
+    in a report failed every delivery of the audit's task (its report was never stored)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _set(result: Result, state: str, report: dict[str, Any]) -> None:
+    report = _finite(report)
     with transaction.atomic():
         Result.objects.filter(pk=result.pk).update(audit=state, audit_report=report, audited_at=timezone.now())
         ranking.rerank()

@@ -69,6 +69,17 @@ def test_a_segment_with_work_left_out_does_not_replay(tmp_path: Path) -> None:
     assert not wrong_end["passed"]
 
 
+def test_a_segment_that_claims_steps_it_never_trained_has_no_ratio(tmp_path: Path) -> None:
+    """Its committed end is its start (a segment of batches skipped whole): the re-execution moves away from a
+    state the segment never left. No ratio (it would be infinite, which JSON and PostgreSQL cannot hold)."""
+    d = write_trial_dir(tmp_path / "t0001", commit_every_steps=3)
+    assert run_trial_program(d).returncode == 0
+    seg = _segments(d)[0]
+    verdict = _replay(d, seg, 1, end=seg.start)
+    assert verdict["still"] and verdict["ratio"] is None and verdict["distance"] > 0 and not verdict["passed"], verdict
+    json.dumps(verdict, allow_nan=False)  # what the audit's subprocess prints and the service stores
+
+
 @pytest.mark.parametrize("other", [{"image_size": 8}, {"seed": 1}], ids=["smaller-images", "other-images"])
 def test_a_segment_trained_on_other_images_does_not_replay(tmp_path: Path, other: dict[str, Any]) -> None:
     # The site trained on other images than the preset's: smaller ones (a quarter of the FLOPs charged for

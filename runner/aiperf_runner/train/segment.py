@@ -114,7 +114,10 @@ def replay_segment(trial_dir: Path, start: bytes, end: bytes | None, *, epoch: i
         start_t, end_t, mine = _tensors(start), _tensors(end), _tensors(replayed)
         moved = distance(start_t, end_t)
         out["distance"], out["moved"] = distance(mine, end_t), moved
-        out["ratio"] = out["distance"] / moved if moved > 0 else (0.0 if out["distance"] == 0 else math.inf)
+        # A segment whose committed states did not move (steps claimed, none trained) has no ratio: any move of
+        # the re-execution is infinitely more than the segment's own (`still`; JSON holds no infinity).
+        out["still"] = moved == 0
+        out["ratio"] = out["distance"] / moved if moved > 0 else (0.0 if out["distance"] == 0 else None)
     out["passed"] = bool(out["exact"] or (out["ratio"] is not None and out["ratio"] <= tolerance))
     return out
 
