@@ -236,4 +236,44 @@ def test_compare_apply_and_a_sites_own_page(web, data):
     box = web.locator("td.col-score").first.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 400, box  # the score in view on a phone, no scrolling
     shot(web, "list-400px")
+    web.goto("/?division=open")
+    shot(web, "list-open-400px")
+    for name, path in (("compare", f"/compare?systems={a.system_id},{b.system_id}"), ("apply", "/apply"),
+                       ("my-site", "/my-site/")):
+        web.goto(path)
+        heading = web.locator("h1").bounding_box()
+        assert heading is not None and heading["x"] + heading["width"] <= 400, (name, heading)
+        shot(web, f"{name}-400px")
+    assert not web.errors, web.errors
+
+
+def test_a_result_in_each_trust_state_at_1366_and_400_px(web, data):
+    """Each result's page says where it stands, in its banner and its trust line, on a desktop and on a phone:
+    on the list audited, waiting for its audit, in review, refused by review, withdrawn (when, by whom, why)."""
+    from django.utils import timezone
+
+    from leaderboard import pipeline, ranking
+
+    live, audit_pending, in_review, refused, withdrawn = Result.objects.entries().filter(
+        division="official").order_by("-score_ops")[:5]
+    Result.objects.filter(pk=audit_pending.pk).update(audit=Result.Audit.PENDING)
+    Result.objects.filter(pk=in_review.pk).update(review=Result.Review.PENDING,
+                                                  review_reason="its efficiency is above the review band")
+    Result.objects.filter(pk=refused.pk).update(review=Result.Review.REJECTED, reviewed_at=timezone.now(),
+                                                reviewed_by="a maintainer", review_reason="the peak registered is low")
+    ranking.rerank()
+    assert pipeline.withdraw(withdrawn.submission, by="a maintainer", reason="the site asked for it")
+    states = {"live": live, "audit_pending": audit_pending, "review_pending": in_review,
+              "review_rejected": refused, "withdrawn": withdrawn}
+    for width in (1366, 400):
+        web.set_viewport_size({"width": width, "height": 900})
+        for state, result in states.items():
+            web.goto(f"/results/{result.pk}")
+            banner = web.locator(f"p.banner.standing-{state}")
+            assert banner.count() == 1, (state, web.inner_text("main")[:300])
+            box = banner.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= width, (state, width, box)
+            assert web.locator("ul.trust li").count() >= 4, state
+            shot(web, f"result-{state}-{width}px")
+        assert "the site asked for it" in web.inner_text("p.banner.standing-withdrawn")
     assert not web.errors, web.errors
