@@ -30,7 +30,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import audit, intake, limits, listcache, systems, tasks, witness
+from leaderboard import audit, intake, limits, listcache, standing, systems, tasks, witness
 from leaderboard.api import filters
 from leaderboard.api import serializers as s
 from leaderboard.errors import Rejected
@@ -265,7 +265,11 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     is shown to its own site only."""
 
     # A row reads its evidence and states: fetched for the whole page (or export) at once.
-    queryset = Submission.objects.select_related("site", "result").prefetch_related("evidence", "states").all()
+    # Its result's report is not read whole: the checks it failed are picked out by the database.
+    queryset = (Submission.objects.select_related("site", "result").defer("result__report")
+                .annotate(failed_checks=standing.FailedChecks("result__report"))
+                .prefetch_related(Prefetch("evidence", to_attr="evidence_list"),
+                                  Prefetch("states", to_attr="states_list")))
     serializer_class = s.SubmissionSerializer
     filterset_class = filters.SubmissionFilter
     ordering_fields = ["created_at", "status"]
