@@ -229,8 +229,11 @@ class Stack:
         assert out.stdout, out.stderr
         return json.loads(out.stdout)
 
-    def get(self, path: str) -> Any:
-        r = httpx.get(f"{self.url}{path}", timeout=30)
+    def get(self, path: str, token: str | None = None) -> Any:
+        """GET an API path, anonymously or as the site of `token` (which alone reads its refusals' messages and
+        a submission's `error`)."""
+        r = httpx.get(f"{self.url}{path}", timeout=30,
+                      headers={"Authorization": f"Token {token}"} if token else None)
         r.raise_for_status()
         return r.json()
 

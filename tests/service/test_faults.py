@@ -96,15 +96,17 @@ def submit(stack: Stack, template: Template, run: Path) -> int:
     return out["submission"]
 
 
-def status(stack: Stack, sub_id: int) -> dict:
-    return stack.get(f"/api/v1/submissions/{sub_id}/")
+def status(stack: Stack, sub_id: int, token: str | None = None) -> dict:
+    """The submission as the API shows it; with its site's token, its `error` too (shown to that site only)."""
+    return stack.get(f"/api/v1/submissions/{sub_id}/", token)
 
 
-def wait_done(stack: Stack, ids: list[int], timeout: float = 60) -> dict[int, dict]:
+def wait_done(stack: Stack, ids: list[int], token: str, timeout: float = 60) -> dict[int, dict]:
+    """The submissions `ids` of the site of `token` once each is verified or rejected (as that site reads them)."""
     deadline = time.monotonic() + timeout
     subs: dict[int, dict] = {}
     while time.monotonic() < deadline:
-        subs = {i: status(stack, i) for i in ids}
+        subs = {i: status(stack, i, token) for i in ids}
         if all(s["status"] in ("verified", "rejected") for s in subs.values()):
             return subs
         time.sleep(0.3)
@@ -152,10 +154,10 @@ def test_postgres_restarted_while_verifying(stack, servers, template):
     # The attempt fails on its dead connection, says so, gives its claim back, and the sweep queues it again
     # (the error shows while the second attempt, also 3 s long, runs).
     deadline = time.monotonic() + 30
-    while not re.match(r"(OperationalError|InterfaceError): ", status(stack, sub_id)["error"]):
-        assert time.monotonic() < deadline, (status(stack, sub_id), stack.log("slow-worker"))
+    while not re.match(r"(OperationalError|InterfaceError): ", status(stack, sub_id, template.token)["error"]):
+        assert time.monotonic() < deadline, (status(stack, sub_id, template.token), stack.log("slow-worker"))
         time.sleep(0.2)
-    done = wait_done(stack, [sub_id])
+    done = wait_done(stack, [sub_id], template.token)
     assert done[sub_id]["status"] == "verified" and done[sub_id]["error"] == "", done
     assert stack.sql("SELECT attempts FROM leaderboard_submission") == [(2,)]
     assert_whole(stack, [sub_id])
@@ -174,7 +176,7 @@ def test_redis_restarted_with_submissions_queued(stack, servers, template):
     rd.start()
     stack.start_worker("worker")
     stack.start_beat()
-    done = wait_done(stack, ids)
+    done = wait_done(stack, ids, template.token)
     assert [s["status"] for s in done.values()] == ["verified"] * 4, [(s["status"], s["reasons"]) for s in done.values()]
     assert_whole(stack, ids)
 
@@ -189,7 +191,7 @@ def test_worker_killed_mid_verification(stack, template):
     assert stack.sql("SELECT count(*) FROM leaderboard_result") == [(0,)]
     stack.start_worker("worker")
     stack.start_beat()  # the sweep, not a redelivery (an hour away), takes the stale claim over
-    done = wait_done(stack, [sub_id])
+    done = wait_done(stack, [sub_id], template.token)
     assert done[sub_id]["status"] == "verified", done
     assert stack.sql("SELECT attempts FROM leaderboard_submission") == [(2,)]
     assert_whole(stack, [sub_id])
@@ -218,12 +220,12 @@ def test_media_folder_full(stack, template):
         stack.start_worker("worker")
         stack.start_beat()
         deadline = time.monotonic() + 30
-        while "No space left" not in status(stack, sub_id)["error"]:
-            assert time.monotonic() < deadline, status(stack, sub_id)
+        while "No space left" not in status(stack, sub_id, template.token)["error"]:
+            assert time.monotonic() < deadline, status(stack, sub_id, template.token)
             time.sleep(0.2)
         assert status(stack, sub_id)["status"] in ("received", "verifying")
         filler.unlink()
-        done = wait_done(stack, [sub_id])
+        done = wait_done(stack, [sub_id], template.token)
         assert done[sub_id]["status"] == "verified" and done[sub_id]["error"] == "", done
         assert stack.sql("SELECT attempts >= 2 FROM leaderboard_submission") == [(True,)]
         assert_whole(stack, [sub_id])
