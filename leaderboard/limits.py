@@ -59,12 +59,7 @@ def upload_slot(site: Site) -> Iterator[None]:
     """Hold one of the site's AIPERF_UPLOAD_CONCURRENCY upload slots, or Rejected (429) when all are taken."""
     limit = settings.AIPERF_UPLOAD_CONCURRENCY
     key = f"aiperf:uploads-in-progress:{site.pk}"
-    cache.add(key, 0, timeout=SLOT_TTL_S)
-    try:
-        held = cache.incr(key)
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=SLOT_TTL_S)
-        held = 1
+    held = _count(key, SLOT_TTL_S)
     try:
         if held > limit:
             raise Rejected("concurrency", f"site {site.name!r} already has {limit} uploads in progress, this "
@@ -90,12 +85,17 @@ def token_guesses_exhausted(request: HttpRequest) -> bool:
 
 def count_failed_token(request: HttpRequest) -> None:
     """One more wrong site token from this client address (the window starts at its first)."""
-    key = _failed_tokens_key(request)
-    cache.add(key, 0, timeout=settings.AIPERF_FAILED_TOKENS_WINDOW_S)
+    _count(_failed_tokens_key(request), settings.AIPERF_FAILED_TOKENS_WINDOW_S)
+
+
+def _count(key: str, ttl_s: int) -> int:
+    """One more on the cache counter `key` (started at 0 for `ttl_s` seconds if it was not there); its count."""
+    cache.add(key, 0, timeout=ttl_s)
     try:
-        cache.incr(key)
-    except ValueError:  # the window ended between add and incr
-        cache.add(key, 1, timeout=settings.AIPERF_FAILED_TOKENS_WINDOW_S)
+        return int(cache.incr(key))
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=ttl_s)
+        return 1
 
 
 def client_ip(request: HttpRequest) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -521,11 +520,10 @@ class SubmissionSerializer(serializers.ModelSerializer):
     @extend_schema_field(ReasonSerializer(many=True))
     def get_not_official_because(self, sub) -> list[dict[str, str]]:
         r = self._result(sub)
-        failed = getattr(sub, "failed_checks", None)  # picked out of the report by the view's query
-        if isinstance(failed, str):  # a backend that answers JSON as text
-            failed = json.loads(failed)
-        return standing.not_official_because(r, self._standing(sub), failed if r and failed is not None else None) \
-            if r else []
+        if r is None:
+            return []
+        # The failed checks the view's query picked out of the report (standing.FailedChecks), if it did.
+        return standing.not_official_because(r, self._standing(sub), getattr(sub, "failed_checks", None))
 
 
 def flag(raw: object) -> bool:
