@@ -51,3 +51,29 @@ def test_failed_checks_picked_by_the_database_are_the_reports(client, demo_data,
         assert row["not_official_because"] == expected, row["id"]
         compared += bool(expected)
     assert compared > 5  # open results fail checks (preset, duration): compared for real
+
+
+@pytest.mark.parametrize("token", [False, True])
+def test_a_submission_row_written_directly_is_drfs_row(demo_data, token):
+    """The submissions' list row (SubmissionSerializer._row) is the dict of DRF's own fields, seen by anyone and
+    by the submitting site (whose reasons and errors are not hidden)."""
+    from leaderboard.api.views import SubmissionViewSet
+
+    demo_data(40)
+    view = SubmissionViewSet(request=Request(APIRequestFactory().get("/api/v1/submissions/")), format_kwarg=None,
+                             action="list", kwargs={})
+    subs = list(view.filter_queryset(view.get_queryset()))
+    assert len(subs) > 5
+    compared = 0
+    for sub in subs:
+        context = {"request": view.request} if not token else {}  # no request: the site's own view
+        serializer = s.SubmissionSerializer(subs, many=True, context=context).child
+        fast = serializer.to_representation(sub)
+        drf = serializers.ModelSerializer.to_representation(serializer, sub)
+        if not token:
+            drf["reasons"] = [{"check": r.get("check", ""), "message": s.PRIVATE_MESSAGE} for r in drf["reasons"]]
+            drf["error"] = ""
+        assert list(fast) == list(drf) and fast == drf, (sub.pk, fast, dict(drf))
+        assert {type(v) for v in fast.values()} == {type(v) for v in drf.values()}
+        compared += bool(fast["not_official_because"]) + bool(fast["reasons"])
+    assert compared > 5
