@@ -240,3 +240,18 @@ def test_trials_get_the_runs_lr_scaling_and_cpu_binding(tmp_path: Path, fake_env
     assert trial["lr_scaling"] == {"rule": "linear", "reference_batch": 256, "warmup_epochs": 2.5}
     with pytest.raises(ControllerError, match="lr-scaling"):
         Controller.create(config(lr_scaling="sqrt"), tmp_path / "bad")
+
+
+def test_the_runs_image_decoder_is_recorded_and_passed_to_trials(tmp_path: Path, fake_env) -> None:
+    """$AIPERF_DATA_DECODER at the start (default `tensor`): run.json and every trial.json (train/decode.py)."""
+    fake_env.delenv("AIPERF_DATA_DECODER", raising=False)
+    run_controller(tmp_path / "a", slots=1, duration_s=1.0)
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["data_decoder"] == "tensor"
+    fake_env.setenv("AIPERF_DATA_DECODER", "pil")
+    run_controller(tmp_path / "b", slots=1, duration_s=2.0)
+    run_json = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert run_json["data_decoder"] == run_json["config"]["data_decoder"] == "pil"
+    assert json.loads((tmp_path / "b" / "trials" / "t0000" / "trial.json").read_text())["data_decoder"] == "pil"
+    fake_env.setenv("AIPERF_DATA_DECODER", "simd")
+    with pytest.raises(ControllerError, match="AIPERF_DATA_DECODER"):
+        Controller.create(config(), tmp_path / "c")

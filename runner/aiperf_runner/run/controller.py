@@ -558,6 +558,7 @@ class Controller:
             "early_stopping_patience": self.config.early_stopping_patience,
             "num_classes": dataset["classes"], "image_size": dataset["image_size"], "rules": self.config.rules,
             "lr_scaling": self.config.lr_settings(), "cpu_bind": self.config.cpu_bind,
+            "data_decoder": self.config.data_decoder,
             "commit_every_steps": proof.every_steps(spec_rules.thresholds(), self.config.preset),
             "keep_states": self.witnessed_run or self.config.keep_states,
         })

@@ -5,6 +5,7 @@ like everything else the run publishes) and run.json assembled.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from pathlib import Path
@@ -17,14 +18,17 @@ from aiperf_runner.data import staging as stagedata
 from aiperf_runner.data.presets import Preset, get_preset
 from aiperf_runner.run.heartbeats import ask_token
 from aiperf_runner.rundir import privacy
-from aiperf_runner.rundir.config import ControllerError, RunConfig
+from aiperf_runner.rundir.config import DECODER_ENV, DEFAULT_DATA_DECODER, ControllerError, RunConfig
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.rules import RULES_VERSION
 from aiperf_runner.util import sysinfo
 
 
 def resolve_preset_defaults(config: RunConfig) -> Preset:
-    """Check the config and fill what it leaves to the preset (epoch budgets, patience)."""
+    """Check the config and fill what it leaves to the preset (epoch budgets, patience) and to the
+    environment (the ImageFolder decoder)."""
+    if not config.data_decoder:
+        config.data_decoder = os.environ.get(DECODER_ENV) or DEFAULT_DATA_DECODER
     config.check()
     preset = get_preset(config.preset)
     if not config.epoch_budgets:
@@ -126,6 +130,7 @@ def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config
         "declared_peak_flops": peaks,
         "declared_peak_source": peak_sources,
         "dataset": dataset,
+        "data_decoder": config.data_decoder,  # how the trials decode ImageFolder images (train/decode.py)
     }
     if data_source is not None:
         run_json["data_source"] = data_source

@@ -10,6 +10,12 @@ from aiperf_runner.spec.peaks import PRECISIONS
 
 TRIAL_MODULE = "aiperf_runner.train.trial"
 LR_RULES = ("linear", "none")  # as train/lrscale.py (which needs torch; this module must not)
+# How ImageFolder images are decoded and augmented (train/decode.py; docs/rules.md, "Decoders"): `tensor`
+# (torchvision.io, augmentation on uint8 tensors) or `pil` (the reference). Chosen at a run's start, from
+# $AIPERF_DATA_DECODER or the default, and written to run.json and to every trial.json.
+DATA_DECODERS = ("tensor", "pil")
+DEFAULT_DATA_DECODER = "tensor"
+DECODER_ENV = "AIPERF_DATA_DECODER"
 
 
 class ControllerError(AiperfError, RuntimeError):
@@ -48,6 +54,7 @@ class RunConfig:
     cpu_bind: bool = True  # pin each rank and its data-loader workers to its cores (util/cpubind.py)
     rehearsal: bool = False  # run --rehearsal: on a rehearsal token (never ranked; submit --rehearsal)
     keep_states: bool = False  # run --keep-states: store every committed state, witnessed or not
+    data_decoder: str = ""  # one of DATA_DECODERS; "": $AIPERF_DATA_DECODER, else the default (resolved at the start)
 
     def lr_settings(self) -> dict[str, Any]:
         """trial.json's `lr_scaling` object."""
@@ -71,9 +78,13 @@ class RunConfig:
             raise ControllerError("--lr-reference-batch must be 0 (the per-device batch) or more")
         if self.lr_warmup_epochs is not None and not 0 <= self.lr_warmup_epochs < float("inf"):
             raise ControllerError("--lr-warmup-epochs must be 0 or more")
+        if self.data_decoder and self.data_decoder not in DATA_DECODERS:
+            raise ControllerError(f"{DECODER_ENV}={self.data_decoder}: the decoder must be one of "
+                                  f"{', '.join(DATA_DECODERS)}")
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
         known = {f for f in cls.__dataclass_fields__}
-        # A run.json written before the default was resolved at the start ran one device per slot.
-        return cls(**{"devices_per_slot": 1, **{k: v for k, v in data.items() if k in known}})
+        # A run.json written before the default was resolved at the start ran one device per slot; one
+        # written before decoders were named decoded its images with PIL.
+        return cls(**{"devices_per_slot": 1, "data_decoder": "pil", **{k: v for k, v in data.items() if k in known}})

@@ -21,6 +21,8 @@ Sharding across the processes of a data-parallel trial:
 ImageFolder training images are augmented in the loader's worker processes, each from its own seed
 (`SeededImages`, spec/proof.py `sample_seed`: the trial's seed, the epoch and the image), so that the
 audit's replay of a segment, loading the same images in its own process, crops and flips them alike.
+They are decoded and augmented by the trial's decoder (trial.json `data_decoder`): `pil`, torchvision's
+reference path (`folder_transforms`), or `tensor`, decode.py's (torchvision.io, uint8 tensors).
 
 With `run --stage-data` (data/staging.py) the data root is the node's staged copy, and ImageFolder
 datasets take their classes and samples from the run's index (indexed_folder.py) instead of
@@ -351,7 +353,10 @@ class SeededImages(torch.utils.data.Dataset):
     def __getitem__(self, item: int) -> Any:
         epoch, index = divmod(int(item), self.n)
         with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was
-            torch.manual_seed(sample_seed(self.trial_seed, epoch, index))
+            # The CPU generator alone (the transforms draw from it): torch.manual_seed would also reseed the
+            # GPU's generator on every image, which costs 0.1 ms an image and, in a process without loader
+            # workers (the audit's replay), would reset the dropout the training step draws on the GPU.
+            torch.default_generator.manual_seed(sample_seed(self.trial_seed, epoch, index))
             return self.base[index]
 
 
@@ -418,6 +423,7 @@ class DataSpec:
     channels: int = 3
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
     index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
+    decoder: str | None = None  # ImageFolder: decode.py's DATA_DECODERS; None: $AIPERF_DATA_DECODER, else `tensor`
 
     @classmethod
     def audited(cls, trial: Mapping[str, Any], dataset: Mapping[str, Any], data: str | None) -> DataSpec:
@@ -448,7 +454,8 @@ class DataSpec:
         root = trial.get("data") or ds.get("root")
         if not root:
             raise DataError(f"dataset {name!r} needs a data directory (--data) with train/ and val/ inside")
-        return cls(name, num_classes, image_size, root=str(root))
+        # A trial.json that names no decoder was written before there was a choice: its images went through PIL.
+        return cls(name, num_classes, image_size, root=str(root), decoder=str(trial.get("data_decoder") or "pil"))
 
 
 def folder_transforms(name: str, image_size: int) -> tuple[Any, Any]:
@@ -466,6 +473,20 @@ def folder_transforms(name: str, image_size: int) -> tuple[Any, Any]:
                            T.RandomHorizontalFlip(), *to_uint8])
         val = T.Compose([T.Resize(image_size, antialias=True), T.CenterCrop(image_size), *to_uint8])
     return train, val
+
+
+def folder_decoding(spec: DataSpec) -> tuple[Any, Any, Callable[[str], Any]]:
+    """(training transform, validation transform, file loader) of an ImageFolder with the spec's decoder."""
+    from torchvision.datasets.folder import default_loader
+
+    from . import decode
+
+    decoder = spec.decoder or decode.default_decoder()
+    if decoder == "pil":
+        return (*folder_transforms(spec.name, spec.image_size), default_loader)
+    if decoder == "tensor":
+        return (*decode.tensor_transforms(spec.name, spec.image_size), decode.read_rgb)
+    raise DataError(f"unknown image decoder {decoder!r} (expected one of {', '.join(decode.DATA_DECODERS)})")
 
 
 def default_workers(local_world_size: int = 1) -> int:
@@ -529,14 +550,15 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
         if not (root / split).is_dir():
             raise DataError(f"{spec.name}: no {split}/ directory under {root} (ImageFolder layout expected: "
                             f"{root}/{split}/<class>/<image>)")
-    train_tf, val_tf = folder_transforms(spec.name, spec.image_size)
+    train_tf, val_tf, loader = folder_decoding(spec)
     if spec.index:
         folders = json.loads(Path(spec.index).read_text())["folders"]
-        train_set: ImageFolder = IndexedImageFolder(str(root / "train"), folders["train"], transform=train_tf)
-        val_set: ImageFolder = IndexedImageFolder(str(root / "val"), folders["val"], transform=val_tf)
+        train_set: ImageFolder = IndexedImageFolder(str(root / "train"), folders["train"], transform=train_tf,
+                                                    loader=loader)
+        val_set: ImageFolder = IndexedImageFolder(str(root / "val"), folders["val"], transform=val_tf, loader=loader)
     else:
-        train_set = ImageFolder(str(root / "train"), transform=train_tf)
-        val_set = ImageFolder(str(root / "val"), transform=val_tf)
+        train_set = ImageFolder(str(root / "train"), transform=train_tf, loader=loader)
+        val_set = ImageFolder(str(root / "val"), transform=val_tf, loader=loader)
     if len(train_set.classes) != spec.num_classes:
         raise DataError(f"{root}/train has {len(train_set.classes)} classes, the trial expects {spec.num_classes}")
     if val_set.classes != train_set.classes:

@@ -1,0 +1,291 @@
+"""Images/s per CPU core of the ImageFolder data path: the `pil` decoder against the `tensor` one.
+
+Makes `--images` ImageNet-sized JPEGs (500x375 RGB, quality 90: smoothed random fields at four scales plus
+pixel noise, about 88 kB a file, near ImageNet's mean) in a temporary directory, or reads the JPEG/PNG
+files under `--data` (a real ImageFolder tree), then on ONE core (pinned with sched_setaffinity, one torch
+thread, no DataLoader workers) measures, for both decoders, in `--rounds` interleaved rounds (the order
+alternates each round):
+
+  decode  the file to a 3-channel uint8 image: ImageFolder's PIL loader (`convert("RGB")`) against
+          train/decode.py `read_rgb` (torchvision.io, libjpeg-turbo)
+  train   decode + imagenet's training transform, each image seeded as SeededImages seeds it:
+          data.py `folder_transforms` (RandomResizedCrop, RandomHorizontalFlip on the PIL image,
+          PILToTensor) against decode.py `TrainCrop` (same box and flip, crop resized as a uint8 tensor)
+  val     decode + the validation transform (resize the shorter side to 256, centre crop 224)
+
+and prints each path's images per CPU-second (process time of this one-thread process: a busy neighbour
+on the machine slows the wall clock, not that) and wall images/s, the best round of each, with the ratio
+tensor/pil (the target: >= 2 for the training transform). `train alone` and `val alone`: the transforms
+without the decode, on the first `--cached` images decoded beforehand by each path's own decoder. The
+training measures count the per-image `torch.manual_seed` of SeededImages (printed apart).
+
+Then, untimed, the two paths' outputs on every image: mean and max absolute difference in 0-255 levels,
+on validation (the tolerance docs/rules.md states) and on training (same seeds, so same boxes and flips:
+the difference is resampling alone). `--val-box` also measures a cheaper validation order, the centre box
+computed in the original's coordinates and only it resized, against the `pil` reference.
+
+`--device cuda`: the files' bytes decoded by `torchvision.io.decode_jpeg(list, device="cuda")` in batches of
+`--batch`, cropped and resized on the GPU; prints images/s of decode, train and val.
+
+    python bench/data_path.py                     # 2,000 generated JPEGs, 3 rounds: about 5 minutes
+    python bench/data_path.py --images 300 --rounds 2
+    python bench/data_path.py --data /data/imagenet/val --images 5000
+    python bench/data_path.py --device cuda --images 2000 --batch 256
+
+Measured on a 2-CPU machine (Xeon, AVX-512; torch 2.14, torchvision 0.29, Pillow 13 with libjpeg-turbo),
+2,000 generated files of 87.7 kB, 3 rounds, images per CPU-second, pil -> tensor:
+
+  decode 725 -> 968 (1.34x); train 428 -> 590 (1.38x); val 410 -> 659 (1.61x)
+  train alone 1,057 -> 2,246 (2.13x; 2.50x without the seeding's 0.11 ms); val alone 843 -> 2,474 (2.94x)
+  validation outputs 0.002 levels apart on average (worst image 0.003), at most 1; training 0.037 (worst
+  image 0.248), at most 2; --val-box 5.15 on average, at most 55 (so validation resizes the whole image)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from aiperf_runner.spec.proof import sample_seed  # noqa: E402
+from aiperf_runner.train import decode  # noqa: E402
+from aiperf_runner.train.data import folder_transforms  # noqa: E402
+
+SIZE = 224
+RESIZE = 256
+WIDTH, HEIGHT = 500, 375
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPEG", ".JPG", ".PNG")
+
+
+# ---- the images -------------------------------------------------------------------------------------
+
+def synthetic_image(rng: np.random.Generator, noise: float = 10.0) -> Any:
+    """A 500x375 RGB image whose JPEG has a photograph's entropy: smooth fields at four scales plus noise."""
+    from PIL import Image
+
+    acc = np.full((HEIGHT, WIDTH, 3), 128.0, np.float32)
+    for (w, h), amplitude in (((5, 4), 70.0), ((20, 15), 40.0), ((80, 60), 25.0), ((250, 188), 12.0)):
+        field = rng.normal(0.0, 1.0, (h, w, 3)).astype(np.float32)
+        for c in range(3):
+            plane = Image.fromarray(field[:, :, c], mode="F").resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC)
+            acc[:, :, c] += amplitude * np.asarray(plane)
+    acc += rng.normal(0.0, noise, acc.shape).astype(np.float32)
+    return Image.fromarray(np.clip(acc, 0, 255).astype(np.uint8))
+
+
+def make_jpegs(directory: Path, n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(n):
+        path = directory / f"img{i:05d}.jpg"
+        synthetic_image(rng).save(path, "JPEG", quality=90)
+        paths.append(str(path))
+    return paths
+
+
+def find_images(root: Path, n: int) -> list[str]:
+    paths = sorted(str(p) for p in root.rglob("*") if p.suffix in EXTENSIONS)
+    if not paths:
+        raise SystemExit(f"--data {root}: no JPEG or PNG file under it")
+    step = max(1, len(paths) // n)  # spread over the classes, not the first folder's
+    return paths[::step][:n]
+
+
+# ---- the two paths -------------------------------------------------------------------------------------
+
+Measure = tuple[Callable[[int], Any], int]  # (function of an image's number, how many images it runs over)
+MEASURES = ("decode", "train", "val", "train alone", "val alone")
+
+
+def paths_under_test(files: list[str], cached: int) -> dict[str, dict[str, Measure]]:
+    """path -> measure -> (function, count). decode, train, val: from the file; the `alone` measures: the
+    transform alone, on the first `cached` images decoded beforehand by the path's own decoder."""
+    from torchvision.datasets.folder import pil_loader
+    from torchvision.transforms import v2 as T
+
+    pil_train, pil_val = folder_transforms("imagenet", SIZE)
+    to_tensor = T.PILToTensor()
+    tensor_train, tensor_val = decode.tensor_transforms("imagenet", SIZE)
+    pil_images = [pil_loader(p) for p in files[:cached]]
+    tensor_images = [decode.read_rgb(p) for p in files[:cached]]
+    n, k = len(files), len(pil_images)
+    return {
+        "pil": {"decode": (lambda i: to_tensor(pil_loader(files[i])), n),
+                "train": (lambda i: pil_train(pil_loader(files[i])), n),
+                "val": (lambda i: pil_val(pil_loader(files[i])), n),
+                "train alone": (lambda i: pil_train(pil_images[i]), k),
+                "val alone": (lambda i: pil_val(pil_images[i]), k)},
+        "tensor": {"decode": (lambda i: decode.read_rgb(files[i]), n),
+                   "train": (lambda i: tensor_train(decode.read_rgb(files[i])), n),
+                   "val": (lambda i: tensor_val(decode.read_rgb(files[i])), n),
+                   "train alone": (lambda i: tensor_train(tensor_images[i]), k),
+                   "val alone": (lambda i: tensor_val(tensor_images[i]), k)},
+    }
+
+
+def run_pass(fn: Callable[[int], Any], count: int, seeded: bool) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) per image of `fn` over `count` images, each seeded as SeededImages seeds it
+    (torch.manual_seed(sample_seed(...)): its cost is counted, as a loader worker pays it)."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(count):
+        if seeded:
+            torch.manual_seed(sample_seed(0, 0, i))
+        fn(i)
+    return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
+
+
+def measure(files: list[str], rounds: int, cached: int) -> dict[tuple[str, str], tuple[float, float]]:
+    """(path, measure) -> the best (CPU s, wall s) per image over the rounds; the paths' order alternates
+    each round. ("seed", "train"): the seeding alone, which both paths' training measures pay."""
+    paths = paths_under_test(files, cached)
+    best = {("seed", "train"): run_pass(lambda _: None, len(files), True)}
+    for r in range(rounds):
+        order = list(paths) if r % 2 == 0 else list(reversed(paths))
+        for name in order:
+            for what, (fn, count) in paths[name].items():
+                cpu, wall = run_pass(fn, count, seeded=what.startswith("train"))
+                old = best.get((name, what))
+                best[(name, what)] = (min(cpu, old[0]), min(wall, old[1])) if old else (cpu, wall)
+        print(f"  round {r + 1}/{rounds} done", flush=True)
+    return best
+
+
+def report(best: dict[tuple[str, str], tuple[float, float]], n: int, cached: int) -> None:
+    print(f"\nimages/s on one core, best of the rounds ({n} files; the transforms alone on {cached} of them):")
+    print(f"  {'':12} {'pil cpu':>9} {'tensor cpu':>11} {'ratio':>6}   {'pil wall':>9} {'tensor wall':>12} {'ratio':>6}")
+    for what in MEASURES:
+        (pc, pw), (tc, tw) = best[("pil", what)], best[("tensor", what)]
+        print(f"  {what:12} {1 / pc:9.0f} {1 / tc:11.0f} {pc / tc:5.2f}x   {1 / pw:9.0f} {1 / tw:12.0f} {pw / tw:5.2f}x")
+    seed = best[("seed", "train")][0]
+    pil, tensor = best[("pil", "train alone")][0] - seed, best[("tensor", "train alone")][0] - seed
+    print(f"  train counts torch.manual_seed per image as SeededImages calls it: {seed * 1e3:.2f} ms; without it "
+          f"the training transform alone is {pil * 1e3:.2f} ms (pil), {tensor * 1e3:.2f} ms (tensor): {pil / tensor:.2f}x")
+
+
+# ---- the outputs compared --------------------------------------------------------------------------------
+
+class _ValBox:
+    """Validation with the centre box computed in the original's coordinates and only it resized."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        height, width = image.shape[-2:]
+        scale = RESIZE / min(height, width)
+        h = w = round(SIZE / scale)
+        top, left = int(round((height - h) / 2.0)), int(round((width - w) / 2.0))
+        return decode._resize(image[:, top:top + h, left:left + w], SIZE, SIZE).contiguous()
+
+
+def differences(files: list[str], val_box: bool) -> None:
+    paths = paths_under_test(files, 0)
+    box = _ValBox()
+    sums: dict[str, list[float]] = {"val": [], "train": [], "val-box": []}
+    peak = dict.fromkeys(sums, 0)
+    for i in range(len(files)):
+        ref = paths["pil"]["val"][0](i).int()
+        pairs = {"val": (ref, paths["tensor"]["val"][0](i).int())}
+        if val_box:
+            pairs["val-box"] = (ref, box(decode.read_rgb(files[i])).int())
+        torch.manual_seed(sample_seed(0, 0, i))
+        train_ref = paths["pil"]["train"][0](i).int()
+        torch.manual_seed(sample_seed(0, 0, i))
+        pairs["train"] = (train_ref, paths["tensor"]["train"][0](i).int())
+        for key, (a, b) in pairs.items():
+            if a.shape != b.shape:
+                raise SystemExit(f"{files[i]}: {key} outputs of shapes {tuple(a.shape)} and {tuple(b.shape)}")
+            d = (a - b).abs()
+            sums[key].append(float(d.float().mean()))
+            peak[key] = max(peak[key], int(d.max()))
+    print("\ntensor against pil, absolute difference in 0-255 levels over all images:")
+    for key, means in sums.items():
+        if means:
+            print(f"  {key:8} mean {np.mean(means):.3f} (worst image's mean {max(means):.3f}), max {peak[key]}")
+
+
+# ---- --device cuda -----------------------------------------------------------------------------------------
+
+def cuda_bench(files: list[str], batch: int, rounds: int) -> None:
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    data = [torch.frombuffer(bytearray(Path(p).read_bytes()), dtype=torch.uint8) for p in files]
+    train_tf, val_tf = decode.tensor_transforms("imagenet", SIZE)
+
+    def decoded(chunk: list[torch.Tensor]) -> list[torch.Tensor]:
+        return decode_jpeg(chunk, device="cuda", mode=ImageReadMode.RGB)
+
+    def train(chunk: list[torch.Tensor]) -> torch.Tensor:  # boxes and flips drawn on the host, as on the CPU
+        return torch.stack([train_tf(img) for img in decoded(chunk)])
+
+    def val(chunk: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([val_tf(img) for img in decoded(chunk)])
+
+    print(f"{torch.cuda.get_device_name()}: {len(files)} files, batches of {batch}")
+    for name, fn in (("decode", decoded), ("train", train), ("val", val)):
+        fn(data[:batch])  # warm-up: CUDA context, nvJPEG handles
+        times = []
+        for _ in range(rounds):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(0, len(data), batch):
+                fn(data[i:i + batch])
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        print(f"  {name:8} {len(files) / min(times):8.0f} images/s (best of {rounds})")
+
+
+# ---- main ---------------------------------------------------------------------------------------------
+
+def pin_one_core() -> int:
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    os.sched_setaffinity(0, {cpu})
+    torch.set_num_threads(1)
+    return cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=int, default=2000, help="files to make or read (1 to 100,000)")
+    ap.add_argument("--data", type=Path, help="read JPEG/PNG files under this directory instead of making them")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (1 to 20)")
+    ap.add_argument("--cached", type=int, default=300,
+                    help="images decoded beforehand to time the transforms alone (1 to 1,000: 0.6 MB each, per path)")
+    ap.add_argument("--val-box", action="store_true", help="also compare the resize-only-the-centre-box order")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--batch", type=int, default=128, help="--device cuda: files decoded per call")
+    args = ap.parse_args(argv)
+    if not 1 <= args.images <= 100_000 or not 1 <= args.rounds <= 20 or args.batch < 1 or \
+            not 1 <= args.cached <= 1000:
+        ap.error("--images 1 to 100,000, --rounds 1 to 20, --cached 1 to 1,000, --batch at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    with tempfile.TemporaryDirectory(prefix="aiperf-data-path-") as tmp:
+        if args.data:
+            files = find_images(args.data, args.images)
+        else:
+            t0 = time.perf_counter()
+            files = make_jpegs(Path(tmp), args.images)
+            print(f"made {len(files)} JPEGs of {WIDTH}x{HEIGHT} in {time.perf_counter() - t0:.0f} s")
+        sizes = [os.path.getsize(p) for p in files]
+        print(f"{len(files)} files, mean {np.mean(sizes) / 1e3:.1f} kB (min {min(sizes) / 1e3:.0f}, "
+              f"max {max(sizes) / 1e3:.0f})")
+        if args.device == "cuda":
+            cuda_bench(files, args.batch, args.rounds)
+            return 0
+        print(f"pinned to CPU {pin_one_core()}, 1 torch thread; {args.rounds} rounds")
+        cached = min(len(files), args.cached)
+        report(measure(files, args.rounds, cached), len(files), cached)
+        differences(files, args.val_box)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
