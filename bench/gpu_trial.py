@@ -36,7 +36,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.distenv import DistEnv, free_port
 from aiperf_runner.train.parallel import data_parallel
 from aiperf_runner.train.precision import Precision, setup_precision
+from aiperf_runner.train.preflight import BatchData, SameBatch
 from aiperf_runner.train.trial import MOMENTUM, CosineSchedule, train_one_epoch
 from torch import nn
 
@@ -70,28 +71,6 @@ def _synthetic(s: Settings, device: torch.device, seed: int = 0) -> tuple[torch.
     images = torch.randn(s.batch, 3, s.image_size, s.image_size, generator=gen)
     labels = torch.randint(0, s.classes, (s.batch,), generator=gen)
     return images.to(device).contiguous(memory_format=torch.channels_last), labels.to(device)
-
-
-class _SameBatch:
-    """A loader of `steps` copies of one device batch, shaped as the trial loop reads one."""
-
-    def __init__(self, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> None:
-        self.batch, self.steps = batch, steps
-
-    def set_epoch(self, epoch: int) -> None:
-        return None
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return (self.batch for _ in range(self.steps))
-
-
-@dataclass
-class _Data:
-    train: _SameBatch
-    normalizer: Callable[[torch.Tensor], torch.Tensor]
 
 
 def runner_model(s: Settings) -> nn.Module:
@@ -124,10 +103,10 @@ def runner_loop(model: nn.Module, s: Settings, device: torch.device, precision: 
     batch = _synthetic(s, device)
     schedule = CosineSchedule(optimizer, 0.1, 2)
     scaler = precision.make_scaler()
-    warm = _Data(_SameBatch(batch, s.warmup), lambda x: x)
+    warm = BatchData(SameBatch(batch, s.warmup), lambda x: x)
     train_one_epoch(model, criterion, optimizer, warm, precision, scaler, schedule, 1, device)
     _sync(device)
-    data = _Data(_SameBatch(batch, s.steps), lambda x: x)
+    data = BatchData(SameBatch(batch, s.steps), lambda x: x)
     t = time.perf_counter()
     totals = train_one_epoch(model, criterion, optimizer, data, precision, scaler, schedule, 2, device)
     float(totals.loss_sum)  # the epoch's one read-back, as a trial makes it

@@ -14,6 +14,7 @@ from aiperf_runner.cli import (
     flops,
     keys,
     pack,
+    preflight,
     register,
     relay,
     run,
@@ -25,7 +26,7 @@ from aiperf_runner.cli import (
 from aiperf_runner.spec.errors import AiperfError
 
 # Every command module, explicitly (one missing is an ImportError at startup), in the order of `--help`.
-COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, relay, checklist)
+COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, preflight, relay, checklist)
 
 
 class AiperfCommands(TyperGroup):

@@ -1,0 +1,117 @@
+"""`aiperf-runner preflight`: measure one node (torch start-up, the seed trial on its devices, JPEG decoding per
+core) and predict its training rate and score range before a reservation is booked."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from aiperf_runner.cli.estimate import _ops
+from aiperf_runner.spec.errors import AiperfError
+
+LOW_SHARE = 0.5
+LOW_REASON = ("trials start cold (torch, CUDA and NCCL, data-loader workers), validate and checkpoint, and the "
+              "search grows or shrinks the seed: none of it is in these measurements, and half the measured rate "
+              "allows for it")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def preflight_cmd(
+    preset: Annotated[str, typer.Option("--preset", help="The workload (imagenet: the official one).")] = "imagenet",
+    precision: Annotated[str, typer.Option("--precision", help="auto (bf16 on a GPU, else fp32), fp32, tf32, bf16 "
+                                                                "or fp16.")] = "auto",
+    batch: Annotated[int, typer.Option("--batch", min=0, help="Images per step of the seed trial (0: 256 on a GPU, "
+                                                              "16 on a CPU).")] = 0,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Timed steps of the seed trial.")] = 20,
+    data: Annotated[Path | None, typer.Option("--data", help="Time decoding on a sample of this ImageFolder's "
+                                                              "JPEGs instead of images made here.")] = None,
+    images: Annotated[int, typer.Option("--images", min=1, help="JPEGs decoded per pass.")] = 100,
+    decode_seconds: Annotated[float, typer.Option("--decode-seconds", min=0.1, help="Seconds each decoder is "
+                                                                                    "timed.")] = 3.0,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes the run will use (the prediction scales "
+                                                              "linearly: an assumption).")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+) -> None:
+    """Measure this node and predict a run: torch's import time, the preset's seed trial on the node's device
+    (time to its first step, images/s), training-transform images/s per CPU core for each decoder, the node's
+    expected training rate (the slower of its devices and its CPUs) and a score range for --nodes such nodes."""
+    import torch
+
+    from aiperf_runner.data.presets import PresetError, get_preset
+    from aiperf_runner.rundir.config import DATA_DECODERS
+    from aiperf_runner.train import preflight as pf
+    from aiperf_runner.train.decode import default_decoder
+
+    try:
+        p = get_preset(preset)
+    except (PresetError, KeyError) as exc:
+        raise AiperfError(str(exc).strip("'")) from None
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda:0" if cuda else "cpu")
+    precision = ("bf16" if cuda else "fp32") if precision == "auto" else precision.lower()
+    batch = batch or (256 if cuda else 16)
+    devices = torch.cuda.device_count() if cuda else 1
+    out: dict[str, Any] = {"preset": preset, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                           "devices": devices, "cores": _cores(), "nodes": nodes,
+                           "torch_import_s": pf.torch_import_s()}
+    speed = pf.seed_trial_speed(preset, device, precision, batch, steps)
+    out["seed_trial"] = {"precision": speed.precision, "batch": speed.batch, "first_step_s": speed.first_step_s,
+                         "images_per_s": speed.images_per_s, "train_flops_per_image": speed.train_flops_per_image}
+    compute = speed.images_per_s * devices
+    out["compute_images_per_s"] = compute
+    decoder = default_decoder()
+    node = compute
+    if p.data_format == "folder":
+        out["decode"] = pf.decode_rates(DATA_DECODERS, p.name, p.image_size, data, images, decode_seconds)
+        # A GPU node keeps a core per device for its training process; the rest decode.
+        loader_cores = max(1, out["cores"] - devices) if cuda else out["cores"]
+        feed = out["decode"]["per_core"][decoder] * loader_cores
+        out.update(decoder=decoder, loader_cores=loader_cores, data_images_per_s=feed)
+        node = min(compute, feed)
+    out["node_images_per_s"] = node
+    out["limited_by"] = "data" if node < compute else "compute"
+    high = node * speed.train_flops_per_image * nodes
+    out["score_ops"] = [high * LOW_SHARE, high]
+    out["assumptions"] = [
+        f"the seed's v2 FLOPs per trained image ({speed.train_flops_per_image / 1e9:.3g} GFLOP) at the node's "
+        "training rate; validation runs at about the same FLOP rate",
+        f"low end {LOW_SHARE:g} x the high end: {LOW_REASON}",
+        f"{nodes} node(s) scale linearly (an assumption)" if nodes > 1 else "one node",
+    ]
+    typer.echo(json.dumps(out, indent=2) if as_json else text(out))
+
+
+def text(d: dict[str, Any]) -> str:
+    t = d["seed_trial"]
+    lines = [
+        f"node:            {d['devices']} x {d['device']}, {d['cores']} CPU cores; preset {d['preset']}",
+        f"torch import:    {d['torch_import_s']:.2f} s (a cold trial process pays it)",
+        f"seed trial:      first step {t['first_step_s']:.2f} s after the model is built; "
+        f"{t['images_per_s']:.1f} images/s per device ({t['precision']}, batch {t['batch']})",
+    ]
+    if "decode" in d:
+        per_core = ", ".join(f"{name} {rate:.0f}" for name, rate in d["decode"]["per_core"].items())
+        lines += [f"decoding:        images/s per core of the training transform: {per_core} "
+                  f"({d['decode']['images']} JPEGs, {d['decode']['mean_bytes'] / 1024:.0f} kB mean, "
+                  f"{d['decode']['source']})",
+                  f"data feed:       {d['data_images_per_s']:.0f} images/s ({d['decoder']} on {d['loader_cores']} cores)"]
+    lines += [f"node rate:       {d['node_images_per_s']:.1f} images/s, limited by {d['limited_by']}",
+              f"expected score:  {_ops(d['score_ops'][0])} - {_ops(d['score_ops'][1])} on {d['nodes']} node(s)",
+              "assumptions:"]
+    lines += [f"  - {a}" for a in d["assumptions"]]
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("preflight", epilog="Exit codes: 0 success, 1 unknown preset or unreadable data, 2 usage error.")(
+        preflight_cmd)

@@ -1,0 +1,47 @@
+"""`aiperf-runner preflight` measures this node for real (cifar's seed trial, both decoders on JPEGs it makes or on
+a site's own tree) and its prediction follows from its own figures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.runner.conftest import cli
+
+
+def test_preflight_measures_and_predicts_from_its_measurements():
+    done = cli("preflight", "--preset", "cifar", "--steps", "2", "--images", "8", "--decode-seconds", "0.3",
+               "--nodes", "4", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    trial, decode = out["seed_trial"], out["decode"]
+    assert out["torch_import_s"] > 0 and trial["first_step_s"] > 0 and trial["images_per_s"] > 0
+    assert trial["precision"] == "fp32" and out["device"] == "cpu"  # auto: fp32 without a GPU
+    assert set(decode["per_core"]) == {"tensor", "pil"} and min(decode["per_core"].values()) > 0
+    assert decode["source"] == "made here" and decode["images"] == 8 and decode["mean_bytes"] > 20_000
+    assert out["data_images_per_s"] == pytest.approx(decode["per_core"][out["decoder"]] * out["loader_cores"])
+    node = min(out["compute_images_per_s"], out["data_images_per_s"])
+    assert out["node_images_per_s"] == pytest.approx(node)
+    assert out["limited_by"] == ("data" if node < out["compute_images_per_s"] else "compute")
+    high = node * trial["train_flops_per_image"] * 4
+    assert out["score_ops"] == pytest.approx([high / 2, high])
+
+
+def test_preflight_reads_a_sites_own_images_and_says_so_in_text(tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        folder = tmp_path / "train" / f"c{i}"
+        folder.mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 255, (64, 80, 3), dtype=np.uint8)).save(folder / "a.jpg", quality=90)
+    done = cli("preflight", "--preset", "cifar", "--steps", "1", "--decode-seconds", "0.2", "--data", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "3 JPEGs" in done.stdout and str(tmp_path) in done.stdout
+    assert "limited by" in done.stdout and "expected score:" in done.stdout
+
+
+def test_preflight_refuses_an_unknown_preset():
+    done = cli("preflight", "--preset", "nope")
+    assert done.returncode == 1 and "nope" in done.stderr
