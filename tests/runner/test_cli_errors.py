@@ -55,7 +55,7 @@ def test_every_command_is_registered() -> None:
     group = typer.main.get_command(app)
     assert isinstance(group, AiperfCommands)
     assert set(group.commands) == {"flops", "keygen", "pack", "verify", "run", "status", "report", "register", "submit",
-                             "evidence", "system", "estimate", "relay", "check-list"}
+                             "evidence", "system", "estimate", "preflight", "relay", "check-list"}
 
 
 def _cli_imports(source: str) -> set[str]:

@@ -255,3 +255,19 @@ def test_the_runs_image_decoder_is_recorded_and_passed_to_trials(tmp_path: Path,
     fake_env.setenv("AIPERF_DATA_DECODER", "simd")
     with pytest.raises(ControllerError, match="AIPERF_DATA_DECODER"):
         Controller.create(config(), tmp_path / "c")
+
+
+def test_precision_auto_is_bf16_for_imagenet_on_gpus_and_fp32_elsewhere(tmp_path: Path, fake_env) -> None:
+    """`--precision auto` (the default) is resolved once the slots' devices are known, before run.json: fp32 on
+    this CPU, written as such to run.json, its config and every trial.json; an explicit precision is kept."""
+    from aiperf_runner.rundir.config import RunConfig, auto_precision
+
+    assert auto_precision("imagenet", "cuda") == "bf16"
+    assert [auto_precision("imagenet", "cpu"), auto_precision("smoke", "cuda")] == ["fp32", "fp32"]
+    assert RunConfig().precision == "auto"
+    run_controller(tmp_path / "a", slots=1, duration_s=1.0)
+    run_json = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run_json["precision"] == run_json["config"]["precision"] == "fp32"
+    assert json.loads((tmp_path / "a" / "trials" / "t0000" / "trial.json").read_text())["precision"] == "fp32"
+    with pytest.raises(ControllerError, match="--precision must be auto or one of"):
+        RunConfig(precision="fp8").check()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aiperf_runner.cli.options import parse_duration
+from aiperf_runner.cli.options import format_ops, parse_duration
 from aiperf_runner.spec.errors import AiperfError
 
 
@@ -41,24 +41,17 @@ def estimate_cmd(
     typer.echo(json.dumps(data, indent=2) if as_json else text(data))
 
 
-def _ops(value: float) -> str:
-    for unit, scale in (("EOPS", 1e18), ("POPS", 1e15), ("TOPS", 1e12), ("GOPS", 1e9)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.3g} OPS"
-
-
 def text(d: dict[str, Any]) -> str:
     lines = [
         f"machine:        {d['nodes']} node{'s' if d['nodes'] != 1 else ''} x {d['accelerators_per_node']} {d['accelerator']} "
         f"({d['accelerators']} accelerators), {d['precision']}, preset {d['preset']}",
         f"duration:       {d['duration_s'] / 3600:g} h = {d['node_hours']:g} node-hours "
         f"({d['accelerator_hours']:g} accelerator-hours)",
-        f"peak:           {_ops(d['peak_flops'])}",
+        f"peak:           {format_ops(d['peak_flops'])}",
     ]
     if d["score_ops"]:
         low, high = d["efficiency"]
-        lines.append(f"expected score: {_ops(d['score_ops'][0])} - {_ops(d['score_ops'][1])} "
+        lines.append(f"expected score: {format_ops(d['score_ops'][0])} - {format_ops(d['score_ops'][1])} "
                      f"(efficiency {low:.1%} - {high:.1%} of peak)")
         s = d["split"]
         lines.append(f"suggested:      --slots {s['slots']} --nodes-per-slot {s['nodes_per_slot']} "

@@ -42,3 +42,11 @@ def parse_options(items: list[str] | None, what: str) -> dict[str, Any]:
         except ValueError:
             out[key.replace("-", "_")] = value
     return out
+
+
+def format_ops(value: float) -> str:
+    """Operations per second with a unit (GOPS ... EOPS), three significant digits."""
+    for unit, scale in (("EOPS", 1e18), ("POPS", 1e15), ("TOPS", 1e12), ("GOPS", 1e9)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} OPS"

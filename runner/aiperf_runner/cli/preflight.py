@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aiperf_runner.cli.estimate import _ops
+from aiperf_runner.cli.options import format_ops
 from aiperf_runner.spec.errors import AiperfError
 
 LOW_SHARE = 0.5
@@ -106,7 +106,7 @@ def text(d: dict[str, Any]) -> str:
                   f"{d['decode']['source']})",
                   f"data feed:       {d['data_images_per_s']:.0f} images/s ({d['decoder']} on {d['loader_cores']} cores)"]
     lines += [f"node rate:       {d['node_images_per_s']:.1f} images/s, limited by {d['limited_by']}",
-              f"expected score:  {_ops(d['score_ops'][0])} - {_ops(d['score_ops'][1])} on {d['nodes']} node(s)",
+              f"expected score:  {format_ops(d['score_ops'][0])} - {format_ops(d['score_ops'][1])} on {d['nodes']} node(s)",
               "assumptions:"]
     lines += [f"  - {a}" for a in d["assumptions"]]
     return "\n".join(lines)

@@ -41,7 +41,8 @@ def run(
                                          help="Devices (DDP processes) per slot: GPUs with CUDA (default 1), "
                                               "processes of one thread each on CPU (default: the cores shared "
                                               "out between the slots, so that one slot uses the whole machine)."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32, tf32, bf16 or fp16 (autocast)."),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 for the imagenet preset on GPUs, else "
+                                                                 "fp32), fp32, tf32, bf16 or fp16 (autocast)."),
     data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet)."),
     stage_data: str = typer.Option(None, "--stage-data", metavar="DIR",
                                    help="Copy --data to this node-local directory on each trial's node(s) (once, "

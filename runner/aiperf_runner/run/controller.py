@@ -62,7 +62,7 @@ from aiperf_runner.run.statekeeper import StateKeeper
 from aiperf_runner.run.trialtail import TrialTail
 from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.rundir import checkpoints, privacy
-from aiperf_runner.rundir.config import ControllerError, RunConfig
+from aiperf_runner.rundir.config import AUTO_PRECISION, ControllerError, RunConfig, auto_precision
 from aiperf_runner.rundir.lock import lock, unlock
 from aiperf_runner.search.buffer import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
@@ -173,6 +173,8 @@ class Controller:
         lock_fh = lock(run_dir)
         try:
             backend, slots = startup.open_backend(config, run_dir)
+            if config.precision == AUTO_PRECISION:  # before run.json, the token and the trials read it
+                config.precision = auto_precision(config.preset, slots[0].device_type)
             facts, host = startup.system_facts(backend, slots)
             if registration is not None:
                 config.system_id = str(registration["id"])

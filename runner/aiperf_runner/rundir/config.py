@@ -14,8 +14,16 @@ LR_RULES = ("linear", "none")  # as train/lrscale.py (which needs torch; this mo
 # (torchvision.io, augmentation on uint8 tensors) or `pil` (the reference). Chosen at a run's start, from
 # $AIPERF_DATA_DECODER or the default, and written to run.json and to every trial.json.
 DATA_DECODERS = ("tensor", "pil")
+AUTO_PRECISION = "auto"
 DEFAULT_DATA_DECODER = "tensor"
 DECODER_ENV = "AIPERF_DATA_DECODER"
+
+
+def auto_precision(preset: str, device_type: str) -> str:
+    """What `--precision auto` means: bf16 for the imagenet preset on GPUs (the precision its reference
+    throughput and `estimate` assume: fp32 trains about 3x slower there), fp32 elsewhere (the gates of the
+    small presets were measured in fp32)."""
+    return "bf16" if preset == "imagenet" and device_type == "cuda" else "fp32"
 
 
 class ControllerError(AiperfError, RuntimeError):
@@ -31,7 +39,7 @@ class RunConfig:
     duration_s: float = 300.0
     backend: str = "local"
     devices_per_slot: int = 0  # 0: the backend's default (local on CPU: the cores shared out between the slots)
-    precision: str = "fp32"
+    precision: str = "auto"  # auto: bf16 for imagenet on GPUs, else fp32 (resolved once the run's devices are known)
     data: str | None = None
     stage_data: str | None = None  # run --stage-data: node-local directory (`%n`: the node) the data is copied to
     seed: int = 0
@@ -70,8 +78,8 @@ class RunConfig:
             raise ControllerError("--duration must be positive")
         if self.max_retries < 0:
             raise ControllerError("--max-retries must be 0 or more")
-        if self.precision not in PRECISIONS:
-            raise ControllerError(f"--precision must be one of {', '.join(PRECISIONS)}")
+        if self.precision not in (AUTO_PRECISION, *PRECISIONS):
+            raise ControllerError(f"--precision must be {AUTO_PRECISION} or one of {', '.join(PRECISIONS)}")
         if self.lr_scaling not in LR_RULES:
             raise ControllerError(f"--lr-scaling must be one of {', '.join(LR_RULES)}")
         if self.lr_reference_batch < 0:
