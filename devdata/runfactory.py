@@ -118,6 +118,9 @@ def run_json(*, run_id: str, slots: int = 1, rules: str = "v2", preset: str = "s
                    "torch": "synthetic", "cuda": None},
         "declared_peak_flops": peaks,
         "dataset": dataset,
+        "data_decoder": "tensor",
+        "tuning": {"precision": precision, "data_decoder": "tensor", "data_workers": "auto", "channels_last": True,
+                   "torch_compile": False, "cuda_graphs": False},
     }
 
 

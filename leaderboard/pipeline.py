@@ -402,6 +402,19 @@ def software(run: dict[str, Any]) -> dict[str, str]:
     return stack
 
 
+TUNING = ("precision", "data_decoder", "data_workers", "channels_last", "torch_compile", "cuda_graphs")
+
+
+def tuning(run: dict[str, Any]) -> dict[str, Any]:
+    """The closed division's knobs as run.json records them (`tuning`; its top-level `data_decoder` for a run
+    that has no block): shown with the result, never judged."""
+    recorded = run.get("tuning")
+    block: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    if not block and run.get("data_decoder"):
+        block = {"precision": run.get("precision"), "data_decoder": run.get("data_decoder")}
+    return {k: block[k] for k in TUNING if isinstance(block.get(k), (str, bool, int)) and block.get(k) != ""}
+
+
 def witnessed(report: dict[str, Any]) -> bool:
     """Whether the service witnessed the run: its token and its receipts passed."""
     passed = {c["name"] for c in report.get("checks", []) if c.get("passed")}
@@ -430,7 +443,8 @@ def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
         "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
         "witnessed": witnessed(report),
         "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"],
-                                                                          "software": software(run)},
+                                                                          "software": software(run),
+                                                                          "tuning": tuning(run)},
         "started_at": _started_at(run),
     }
 

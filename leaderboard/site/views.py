@@ -210,6 +210,15 @@ def _software_text(stack: Any) -> str:
     return ", ".join(f"{names.get(k, k)} {v}" for k, v in stack.items())
 
 
+def _tuning_text(knobs: Any) -> str:
+    """The run's settings of the closed division's knobs (pipeline.tuning), in words."""
+    if not isinstance(knobs, dict) or not knobs:
+        return "–"
+    names = {"precision": "precision", "data_decoder": "image decoder", "data_workers": "loader workers",
+             "channels_last": "channels-last", "torch_compile": "torch.compile", "cuda_graphs": "CUDA graphs"}
+    return ", ".join(f"{names.get(k, k)} {'on' if v is True else 'off' if v is False else v}" for k, v in knobs.items())
+
+
 def _older_rules(version: str, admitted: set[str]) -> str:
     if not version or version in admitted:
         return ""
@@ -362,6 +371,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
             ("Run id", r.run_id), ("Rules", f"{r.rules_version} (FLOP rules {report.get('rules_used') or report.get('rules') or '–'})"),
             ("Spec", r.spec_version or "–"), ("Runner", r.runner_version or "–"), ("Verifier", r.verifier_version),
             ("Software (as the run recorded it)", _software_text(report.get("software"))),
+            ("Settings (what a site may tune)", _tuning_text(report.get("tuning"))),
             ("Started", fmt.date(r.started_at)), ("Verified", fmt.date(r.verified_at)),
             ("Published", fmt.date(r.published_at)),
         ],

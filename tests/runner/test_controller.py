@@ -267,7 +267,10 @@ def test_precision_auto_is_bf16_for_imagenet_on_gpus_and_fp32_elsewhere(tmp_path
     assert RunConfig().precision == "auto"
     run_controller(tmp_path / "a", slots=1, duration_s=1.0)
     run_json = json.loads((tmp_path / "a" / "run.json").read_text())
-    assert run_json["precision"] == run_json["config"]["precision"] == "fp32"
+    assert run_json["precision"] == run_json["config"]["precision"] == run_json["tuning"]["precision"] == "fp32"
+    assert run_json["tuning"] == {"precision": "fp32", "data_decoder": run_json["data_decoder"],
+                                  "data_workers": os.environ.get("AIPERF_DATA_WORKERS") or "auto",
+                                  "channels_last": True, "torch_compile": False, "cuda_graphs": False}
     assert json.loads((tmp_path / "a" / "trials" / "t0000" / "trial.json").read_text())["precision"] == "fp32"
     with pytest.raises(ControllerError, match="--precision must be auto or one of"):
         RunConfig(precision="fp8").check()

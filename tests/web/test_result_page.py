@@ -95,6 +95,10 @@ def test_a_verified_upload_shows_its_report_and_downloads_its_bundle(client, rea
     assert body["points"] == result.series.points
     for div in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
         assert f'id="{div}"' in html, div
+    # The closed division's knobs as the run recorded them (run.json `tuning`), shown with the result.
+    assert result.report["tuning"]["data_decoder"] == "tensor"
+    assert (f"precision {result.precision}, image decoder tensor, loader workers auto, channels-last on, "
+            "torch.compile off, CUDA graphs off") in html
 
 
 def test_hidden_results_are_not_found(client, demo_data):

@@ -111,6 +111,14 @@ def ask_run_token(config: RunConfig, registration: dict[str, Any] | None,
     return ask_token(service, registration, fields)
 
 
+def tuning(config: RunConfig) -> dict[str, Any]:
+    """run.json's `tuning`: the settings a site may change in the closed division (docs/rules.md, "What a
+    site may tune"), as this run trains with them; the list shows them beside the result."""
+    workers = os.environ.get("AIPERF_DATA_WORKERS") or "auto"  # train/data.py default_workers
+    return {"precision": config.precision, "data_decoder": config.data_decoder, "data_workers": workers,
+            "channels_last": True, "torch_compile": False, "cuda_graphs": False}
+
+
 def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config: dict[str, Any],
                   system: dict[str, Any], peaks: dict[str, float | None], peak_sources: dict[str, str],
                   dataset: dict[str, Any], data_source: dict[str, Any] | None) -> dict[str, Any]:
@@ -131,6 +139,7 @@ def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config
         "declared_peak_source": peak_sources,
         "dataset": dataset,
         "data_decoder": config.data_decoder,  # how the trials decode ImageFolder images (train/decode.py)
+        "tuning": tuning(config),
     }
     if data_source is not None:
         run_json["data_source"] = data_source
