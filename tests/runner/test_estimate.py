@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 FLOPS = flops_per_image(seed_for_preset("imagenet"), "v2")
 
 
-def run(model: str, per_node: int, nodes: int, hours: float, precision: str = "bf16") -> dict:
+def run(model: str, per_node: int, nodes: int, hours: float, precision: str = "bf16", startup_s: float = 0) -> dict:
     return estimate.estimate(accelerator_model=model, accelerators_per_node=per_node, nodes=nodes,
                              duration_s=hours * 3600, precision=precision, preset="imagenet",
-                             train_flops=FLOPS.train, eval_flops=FLOPS.eval, first_budget=15)
+                             train_flops=FLOPS.train, eval_flops=FLOPS.eval, first_budget=15, startup_s=startup_s)
 
 
 def test_reference_efficiency_is_the_mlperf_time_with_the_seeds_flops() -> None:
@@ -35,6 +35,9 @@ def test_node_hours_peak_and_score_range() -> None:
     assert low == high * estimate.REFERENCES["imagenet"].low_share
     assert d["score_ops"][0] < low * d["peak_flops"] and d["score_ops"][1] < high * d["peak_flops"]
     assert d["score_ops"][1] > 0.95 * high * d["peak_flops"]  # a 2-hour run loses little to its last epochs
+    # ... but every 15-epoch trial (6 min on 8 H100s at the high end) starting cold loses its start-up
+    cold = run("NVIDIA H100 80GB HBM3", 8, 512, 2, startup_s=90)
+    assert 0.75 < cold["score_ops"][1] / d["score_ops"][1] < 0.85
     assert d["split"] == {**d["split"], "nodes_per_slot": 1, "slots": 512}
     assert any("MLPerf" in a for a in d["assumptions"]) and any("not measured" in a for a in d["assumptions"])
 
@@ -58,3 +61,29 @@ def test_cli_text_json_and_errors() -> None:
     assert bad.exit_code == 1 and "not in the peak table" in bad.output
     cifar = json.loads(cli.invoke(app, [*args, "--preset", "cifar", "--json"]).output)
     assert cifar["score_ops"] is None and any("no reference" in a for a in cifar["assumptions"])
+
+
+def test_rounds_of_growing_budgets_start_up_and_staging() -> None:
+    # A slot's trials by round: 1 h of 60-s epochs with budgets 15, 30: 15 + 30 = 45 min, then a third trial.
+    assert estimate.slot_trials(3600, 60, (15, 30), 0) == (3, 1 - 30 / 3600)
+    trials, counted = estimate.slot_trials(3600, 60, (15, 30), 90)
+    assert trials == 3 and counted == 1 - (3 * 90 + 30) / 3600
+    assert estimate.slot_trials(100, 60, (15,), 200) == (1, 0.0)  # a run shorter than one start-up counts nothing
+    cold = estimate.estimate(accelerator_model="H100", accelerators_per_node=8, nodes=64, duration_s=7200,
+                             precision="bf16", preset="imagenet", train_flops=FLOPS.train, eval_flops=FLOPS.eval,
+                             first_budget=15, budgets=(15, 30, 45, 60), startup_s=180)
+    warm = estimate.estimate(accelerator_model="H100", accelerators_per_node=8, nodes=64, duration_s=7200,
+                             precision="bf16", preset="imagenet", train_flops=FLOPS.train, eval_flops=FLOPS.eval,
+                             first_budget=15, budgets=(15, 30, 45, 60), startup_s=0)
+    assert all(c < w for c, w in zip(cold["score_ops"], warm["score_ops"], strict=True))
+    assert cold["trials_per_slot"][0] <= cold["trials_per_slot"][1]  # the faster end runs more trials
+    assert cold["staging_s"] == estimate.DATA_BYTES["imagenet"] / estimate.STAGE_BYTES_PER_S
+    assert any("never on its clock" in a for a in cold["assumptions"])
+
+
+def test_cli_takes_the_start_up_and_the_staging_rate() -> None:
+    args = ["estimate", "--accelerator-model", "H100", "--accelerators-per-node", "8", "--nodes", "4", "--json"]
+    slow = json.loads(CliRunner().invoke(app, [*args, "--startup-s", "300", "--stage-mbps", "100"]).output)
+    fast = json.loads(CliRunner().invoke(app, [*args, "--startup-s", "10", "--data-gb", "1"]).output)
+    assert slow["startup_s"] == 300 and slow["score_ops"][1] < fast["score_ops"][1]
+    assert slow["staging_s"] == 144e9 / 100e6 and fast["staging_s"] == 1e9 / estimate.STAGE_BYTES_PER_S

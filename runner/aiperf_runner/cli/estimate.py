@@ -9,6 +9,7 @@ import typer
 
 from aiperf_runner.cli.options import format_ops, parse_duration
 from aiperf_runner.spec.errors import AiperfError
+from aiperf_runner.spec.estimate import STAGE_BYTES_PER_S, STARTUP_S
 
 
 def estimate_cmd(
@@ -20,6 +21,13 @@ def estimate_cmd(
     duration: Annotated[str, typer.Option("--duration", help="Run length, e.g. 2h, 90m, 12h.")] = "2h",
     precision: Annotated[str, typer.Option("--precision", help="fp32, tf32, bf16 or fp16.")] = "bf16",
     preset: Annotated[str, typer.Option("--preset", help="The workload (imagenet: the official one).")] = "imagenet",
+    startup_s: Annotated[float, typer.Option("--startup-s", min=0, help="Seconds from a trial attempt's launch to "
+                                                                     "its first step (measure with preflight).")
+                         ] = STARTUP_S,
+    data_gb: Annotated[float | None, typer.Option("--data-gb", min=0, help="The data set's size to stage "
+                                                                          "(default: the preset's).")] = None,
+    stage_mbps: Annotated[float, typer.Option("--stage-mbps", min=1, help="MB/s one node stages at.")] = (
+        STAGE_BYTES_PER_S / 1e6),
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
     """Estimate a run: node-hours, the expected score range (peak x the efficiency range of the preset's
@@ -35,7 +43,9 @@ def estimate_cmd(
         data = estimate(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
                         duration_s=parse_duration(duration), precision=precision.lower(), preset=preset,
                         train_flops=float(flops.train), eval_flops=float(flops.eval),
-                        first_budget=int(p.epoch_budgets[0]))
+                        first_budget=int(p.epoch_budgets[0]), budgets=tuple(p.epoch_budgets), startup_s=startup_s,
+                        data_bytes=data_gb * 1e9 if data_gb is not None else None,
+                        stage_bytes_per_s=stage_mbps * 1e6)
     except (ValueError, KeyError) as exc:  # KeyError's message comes quoted
         raise AiperfError(str(exc).strip("'")) from None
     typer.echo(json.dumps(data, indent=2) if as_json else text(data))
@@ -57,6 +67,11 @@ def text(d: dict[str, Any]) -> str:
         lines.append(f"suggested:      --slots {s['slots']} --nodes-per-slot {s['nodes_per_slot']} "
                      f"--gpus-per-node {d['accelerators_per_node']}")
         lines.append(f"                {s['reason']}")
+        lines.append(f"trials:         about {d['trials_per_slot'][0]}-{d['trials_per_slot'][1]} a slot, each "
+                     f"{d['startup_s']:.0f} s from launch to its first step (not counted)")
+    if d.get("staging_s") is not None:
+        lines.append(f"staging:        about {d['staging_s'] / 60:.0f} min before the run (aiperf-runner stage; "
+                     "not on the run's clock)")
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in d["assumptions"]]
     return "\n".join(lines)

@@ -64,17 +64,43 @@ def epoch_flops(preset: str, train_flops: float, eval_flops: float) -> float:
     return spec.train_images * train_flops + spec.val_images * eval_flops
 
 
-def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, duration_s: float) -> dict[str, Any]:
+STARTUP_S = 90.0
+"""Seconds from a trial attempt's launch to its first training step on a GPU node, when not measured: a
+SLURM job, about nine Python processes importing torch, CUDA and NCCL start-up, loader workers, cuDNN
+autotuning (1-3 minutes, estimated; `aiperf-runner preflight` measures the parts one node pays)."""
+
+DATA_BYTES = {"imagenet": 144e9}
+"""The presets' data set on disk (ILSVRC2012's training and validation JPEGs), for the staging time."""
+
+STAGE_BYTES_PER_S = 500e6
+"""What `aiperf-runner stage` writes per second on a node (its local NVMe, reading the parallel file system),
+when not given: every node stages at once, so the machine's staging takes one node's time."""
+
+
+def slot_trials(duration_s: float, epoch_s: float, budgets: tuple[int, ...], startup_s: float) -> tuple[int, float]:
+    """(trial attempts one slot starts in the run, the share of its time spent in counted epochs): the k-th trial
+    trains budgets[min(k, last)] epochs after `startup_s`; the epoch under way at the end is not counted (half an
+    epoch on average), and neither is any start-up."""
+    t, trials = 0.0, 0
+    while t < duration_s:
+        t += startup_s + budgets[min(trials, len(budgets) - 1)] * epoch_s
+        trials += 1
+    lost = min(duration_s, trials * startup_s + 0.5 * epoch_s)
+    return trials, max(0.0, 1 - lost / duration_s)
+
+
+def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, duration_s: float,
+           startup_s: float = 0.0) -> dict[str, Any]:
     """The smallest power-of-two nodes per slot with which a slot finishes MIN_TRIALS_PER_SLOT
     first-round trials (node_flops: one node's expected FLOP/s; linear DDP scaling assumed)."""
     k = 1
     while True:
-        trial_s = first_budget * epoch / (k * node_flops)
+        trial_s = startup_s + first_budget * epoch / (k * node_flops)
         trials = duration_s / trial_s
         if trials >= MIN_TRIALS_PER_SLOT or k * 2 > nodes:
             break
         k *= 2
-    one_node_trial_s = first_budget * epoch / node_flops
+    one_node_trial_s = startup_s + first_budget * epoch / node_flops
     if k == 1 and trials >= MIN_TRIALS_PER_SLOT:
         reason = (f"one node per slot: a first-round trial ({first_budget} epochs of the seed) takes about "
                   f"{trial_s / 60:.0f} min on one node, so each slot finishes about {trials:.0f} in the run; more nodes per slot would add all-reduce traffic between nodes and search fewer "
@@ -94,8 +120,12 @@ def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, durat
 
 def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, duration_s: float,
              precision: str, preset: str, train_flops: float, eval_flops: float,
-             first_budget: int) -> dict[str, Any]:
-    """The estimate as a JSON-ready dict (see `aiperf-runner estimate --json`)."""
+             first_budget: int, budgets: tuple[int, ...] | None = None, startup_s: float = STARTUP_S,
+             data_bytes: float | None = None, stage_bytes_per_s: float = STAGE_BYTES_PER_S) -> dict[str, Any]:
+    """The estimate as a JSON-ready dict (see `aiperf-runner estimate --json`). `budgets`: the epochs of a slot's
+    trials by round (the preset's; default: `first_budget` throughout); `startup_s`: each attempt's launch to
+    first step; `data_bytes` (default: the preset's, `DATA_BYTES`) staged at `stage_bytes_per_s` per node."""
+    budgets = budgets or (first_budget,)
     acc = peaks.lookup(accelerator_model)
     if acc is None:
         raise ValueError(f"accelerator {accelerator_model!r} is not in the peak table (spec/peaks.py); known: "
@@ -124,14 +154,17 @@ def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, 
     low = high * ref.low_share
     epoch = epoch_flops(preset, train_flops, eval_flops)
     node_peak = device_peak * accelerators_per_node
-    split = _split(nodes, node_peak * (low * high) ** 0.5, epoch, first_budget, duration_s)
-    scores = []
+    split = _split(nodes, node_peak * (low * high) ** 0.5, epoch, first_budget, duration_s, startup_s)
+    scores, trials = [], []
     for eff in (low, high):
-        # Each slot's epoch under way at the end is not counted: on average half an epoch per slot.
         epoch_s = epoch / (split["nodes_per_slot"] * node_peak * eff)
-        counted = max(0.0, 1 - 0.5 * epoch_s / duration_s)
+        started, counted = slot_trials(duration_s, epoch_s, budgets, startup_s)
         scores.append(peak * eff * counted)
-    out.update(efficiency=[low, high], score_ops=scores, split=split)
+        trials.append(started)
+    data_bytes = DATA_BYTES.get(preset) if data_bytes is None else data_bytes
+    staging_s = data_bytes / stage_bytes_per_s if data_bytes else None
+    out.update(efficiency=[low, high], score_ops=scores, split=split, trials_per_slot=trials, startup_s=startup_s,
+               staging_s=staging_s)
     out["assumptions"] += [
         f"efficiency (score / peak) high end {high:.3f}: {ref.what}; {ref.source}; {ref.epochs:g} epochs of "
         f"{spec.train_images:,} images x {train_flops / 1e9:.2f} GFLOP (v2 FLOPs of the seed per trained "
@@ -141,5 +174,13 @@ def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, 
         "(an assumption: memory bandwidth and the CPUs feeding the data do not scale with it)",
         "slots run all the time (utilisation ~100%, as measured in docs/running.md); the epoch each slot has "
         "under way when the run ends is not counted (half an epoch per slot on average)",
+        f"each trial attempt spends {startup_s:.0f} s from its launch to its first step, not counted (cold "
+        "processes, CUDA and NCCL, loaders; `aiperf-runner preflight` measures one node's part); a slot's "
+        f"trials train {', '.join(map(str, budgets))} epochs by round: about {trials[0]} to {trials[1]} "
+        "trials a slot",
     ]
+    if staging_s is not None and data_bytes:
+        out["assumptions"].append(
+            f"staging ({data_bytes / 1e9:.0f} GB packed on every node at once, {stage_bytes_per_s / 1e6:.0f} MB/s "
+            f"a node): about {staging_s / 60:.0f} min before the run, never on its clock or in its score")
     return out
