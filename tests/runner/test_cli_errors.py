@@ -34,7 +34,7 @@ ERRORS = [
     ("train.config", "TrialError"), ("train.data", "DataError"), ("search.buffer", "SearchProcessError"),
     ("util.hostlist", "HostlistError"), ("backends.slurm.commands", "SlurmError"),
     ("backends.zygote", "ZygoteError"), ("data.idx", "IdxError"), ("rundir.config", "ControllerError"),
-    ("cli.exitcodes", "UsageError"),
+    ("cli.exitcodes", "UsageError"), ("data.shards", "ShardError"),
 ]
 
 
@@ -55,7 +55,7 @@ def test_every_command_is_registered() -> None:
     group = typer.main.get_command(app)
     assert isinstance(group, AiperfCommands)
     assert set(group.commands) == {"flops", "keygen", "pack", "verify", "run", "status", "report", "register", "submit",
-                             "evidence", "system", "estimate", "preflight", "relay", "check-list"}
+                             "evidence", "system", "estimate", "preflight", "relay", "check-list", "stage"}
 
 
 def _cli_imports(source: str) -> set[str]:

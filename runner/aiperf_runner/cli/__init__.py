@@ -18,6 +18,7 @@ from aiperf_runner.cli import (
     register,
     relay,
     run,
+    stage,
     status,
     submit,
     system,
@@ -26,7 +27,8 @@ from aiperf_runner.cli import (
 from aiperf_runner.spec.errors import AiperfError
 
 # Every command module, explicitly (one missing is an ImportError at startup), in the order of `--help`.
-COMMAND_MODULES = (flops, keys, pack, verify, run, status, register, submit, system, estimate, preflight, relay, checklist)
+COMMAND_MODULES = (flops, keys, pack, verify, run, stage, status, register, submit, system, estimate, preflight, relay,
+                   checklist)
 
 
 class AiperfCommands(TyperGroup):

@@ -44,6 +44,9 @@ def run(
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 for the imagenet preset on GPUs, else "
                                                                  "fp32), fp32, tf32, bf16 or fp16 (autocast)."),
     data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet)."),
+    data_manifest: str = typer.Option(None, "--data-manifest", metavar="FILE",
+                                      help="A pack's manifest (stage --manifest-to) where this machine reads "
+                                           "it, when --data is a pack on the compute nodes' own disks."),
     stage_data: str = typer.Option(None, "--stage-data", metavar="DIR",
                                    help="Copy --data to this node-local directory on each trial's node(s) (once, "
                                         "checked against the run's manifest; %n: the node's name) and train from "
@@ -138,7 +141,7 @@ def run(
                 "time_limit": time_limit})
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,
-                               precision=precision, data=data, stage_data=stage_data, seed=seed, max_retries=max_retries,
+                               precision=precision, data=data, data_manifest=data_manifest, stage_data=stage_data, seed=seed, max_retries=max_retries,
                                backend_options=options, trial_module=trial_module,
                                system_name=system_name.strip(), interconnect=interconnect.strip(),
                                publish_hostnames=publish_hostnames, lr_scaling=lr_scaling,

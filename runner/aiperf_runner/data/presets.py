@@ -18,6 +18,7 @@ from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.presetfacts import PRESETS as SPEC_PRESETS
 
 OFFICIAL_BUDGETS = (15, 30, 45, 60)
+PACK_MANIFEST = "aiperf-shards.json"  # data/shards.py MANIFEST (not imported: numpy, for the command line's start)
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
 
 
@@ -42,8 +43,9 @@ class Preset:
     max_flops_ratio: float | None = 4.0
     max_layers_ratio: float | None = None
 
-    def dataset(self, data: str | None) -> dict[str, Any]:
-        """The `dataset` block of run.json (and of every trial.json)."""
+    def dataset(self, data: str | None, manifest: str | None = None) -> dict[str, Any]:
+        """The `dataset` block of run.json (and of every trial.json); `manifest`: a pack's manifest file, when
+        the pack at `data` is on the compute nodes only (`run --data-manifest`)."""
         if self.data_format == "generated":
             return {"name": self.name, "train_images": self.smoke_sizes[0], "val_images": self.smoke_sizes[1],
                     "classes": self.classes, "image_size": self.image_size, "channels": self.channels, "seed": 0}
@@ -51,6 +53,8 @@ class Preset:
             return self._idx_dataset(data)
         if not data:
             raise PresetError(f"preset {self.name!r} needs --data DIR (an ImageFolder directory with train/ and val/)")
+        if manifest or (Path(data) / PACK_MANIFEST).is_file():
+            return self._packed_dataset(data, manifest)
         root = Path(data)
         counts = {}
         classes: list[str] | None = None
@@ -69,6 +73,25 @@ class Preset:
             raise PresetError(f"--data {data}: train/ has no class folders")
         return {"name": self.name, "train_images": counts["train"], "val_images": counts["val"],
                 "classes": len(classes), "image_size": self.image_size, "channels": self.channels}
+
+    def _packed_dataset(self, data: str, manifest_file: str | None = None) -> dict[str, Any]:
+        """A pack (`aiperf-runner stage`, data/shards.py), checked now (sizes, index), before the run's
+        clock starts: its counts, and `packed`, the digest that binds the run to its bytes and order.
+        `manifest_file`: its manifest copied where this machine reads it (`run --data-manifest`), for a pack on
+        the compute nodes' own disks that the controller cannot see; each trial checks its node's pack."""
+        from aiperf_runner.data import shards
+
+        try:
+            manifest = (shards.read_manifest_file(Path(manifest_file)) if manifest_file and not shards.is_pack(data)
+                        else shards.verify(data))
+        except shards.ShardError as exc:
+            raise PresetError(f"--data {data}: {exc}") from None
+        if manifest_file and shards.read_manifest_file(Path(manifest_file))["digest"] != manifest["digest"]:
+            raise PresetError(f"--data-manifest {manifest_file} is not the manifest of the pack at {data}")
+        counts = {split: int(info["images"]) for split, info in manifest["splits"].items()}
+        return {"name": self.name, "train_images": counts["train"], "val_images": counts["val"],
+                "classes": len(manifest["classes"]), "image_size": self.image_size, "channels": self.channels,
+                "packed": {"digest": manifest["digest"], "images": counts["train"] + counts["val"]}}
 
     def _idx_dataset(self, data: str | None) -> dict[str, Any]:
         """Fashion-MNIST: every file checked and decoded now, before the run's clock starts (a bad

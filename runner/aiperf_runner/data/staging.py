@@ -252,7 +252,8 @@ def expand(template: str, node: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (flock): whoever comes second waits, then finds the first one's work."""
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -283,7 +284,7 @@ def stage(source: str | Path, stage_dir: str | Path, index: dict[str, Any], allo
     target = root / name
     try:
         root.mkdir(parents=True, exist_ok=True)
-        with _locked(root / f".{name}.lock"):
+        with locked(root / f".{name}.lock"):
             checked = root / f".{name}.checked-{allocation}"
             if not target.exists():
                 # Copies are made under the lock only: one left now is a killed stager's.

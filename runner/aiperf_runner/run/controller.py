@@ -168,7 +168,7 @@ class Controller:
         if (run_dir / "run.json").exists() or (run_dir / "events.jsonl").exists():
             raise ControllerError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                                   "or choose another --out")
-        dataset = preset.dataset(config.data)
+        dataset = preset.dataset(config.data, config.data_manifest)
         (run_dir / "trials").mkdir(parents=True, exist_ok=True)
         lock_fh = lock(run_dir)
         try:

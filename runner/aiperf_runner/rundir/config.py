@@ -41,6 +41,7 @@ class RunConfig:
     devices_per_slot: int = 0  # 0: the backend's default (local on CPU: the cores shared out between the slots)
     precision: str = "auto"  # auto: bf16 for imagenet on GPUs, else fp32 (resolved once the run's devices are known)
     data: str | None = None
+    data_manifest: str | None = None  # run --data-manifest: a pack's manifest where the controller reads it
     stage_data: str | None = None  # run --stage-data: node-local directory (`%n`: the node) the data is copied to
     seed: int = 0
     max_retries: int = 2

@@ -4,7 +4,8 @@
   slots, devices per slot and data set (a run.json edited after the run, e.g. to other FLOP rules,
   disagrees with the log it was signed with);
 - run.json's data set is the preset's (spec/presetfacts.py: ImageNet-1k has 1,281,167 training and
-  50,000 validation images in 1,000 classes at 224x224);
+  50,000 validation images in 1,000 classes at 224x224); a run that read a pack (`aiperf-runner stage`)
+  records it as `dataset.packed` (its manifest's digest and image count, which are the data set's);
 - every trial's graph takes the preset's input (channels x size x size) and has the data set's
   classes, within the search's bounds (spec/seeds.py: at most the preset's ratios times the seed's
   train FLOPs per image and layers); its hyper-parameters (`hparams.json`) are the ones its
@@ -22,7 +23,8 @@ from .replay import Replay
 from .runio import RunDir, RunIOError, canonical_digest
 
 RUN_STARTED_BOUND = ("rules", "rules_version", "preset", "precision", "slots", "devices_per_slot")
-DATASET_BOUND = ("train_images", "val_images", "classes", "image_size")
+# `packed`: the pack the run read (data/shards.py: its manifest's digest and images), absent from both for a tree.
+DATASET_BOUND = ("train_images", "val_images", "classes", "image_size", "packed")
 
 
 def _mapping(v: Any) -> Mapping[str, Any]:

@@ -115,4 +115,22 @@ def dataset_problems(preset: PresetSpec, dataset: Mapping[str, Any]) -> list[str
             out.append(f"dataset.{key} is {have!r}; preset {preset.name!r} fixes {want}")
         elif want is None and not (type(have) is int and have >= 1):
             out.append(f"dataset.{key} is {have!r}, expected a positive integer")
+    if "packed" in dataset:
+        out += _packed_problems(dataset)
+    return out
+
+
+def _packed_problems(dataset: Mapping[str, Any]) -> list[str]:
+    """A pack's record (data/shards.py): its manifest's digest, and its images, which are the data set's."""
+    packed = dataset["packed"]
+    if not isinstance(packed, Mapping):
+        return [f"dataset.packed is {packed!r}, expected an object (digest, images)"]
+    out = []
+    digest = packed.get("digest")
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        out.append(f"dataset.packed.digest is {digest!r}, expected 64 lowercase hex characters")
+    train, val = dataset.get("train_images"), dataset.get("val_images")
+    if type(train) is int and type(val) is int and packed.get("images") != train + val:
+        out.append(f"dataset.packed.images is {packed.get('images')!r}; the data set's train_images + "
+                   f"val_images are {train + val}")
     return out

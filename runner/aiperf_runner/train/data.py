@@ -26,7 +26,8 @@ reference path (`folder_transforms`), or `tensor`, decode.py's (torchvision.io, 
 
 With `run --stage-data` (data/staging.py) the data root is the node's staged copy, and ImageFolder
 datasets take their classes and samples from the run's index (indexed_folder.py) instead of
-scanning the tree in every process.
+scanning the tree in every process. A data root that holds a pack (data/shards.py, `aiperf-runner
+stage`) is read through sharded_folder.py: the same images in the same order, so the same batches.
 
 `smoke` is generated from a seed with numpy using only +, -, *, /, floor, abs and sqrt (no
 transcendental functions, no Gaussian sampling), so it is bit-identical on every rank, node and
@@ -424,6 +425,7 @@ class DataSpec:
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
     index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
     decoder: str | None = None  # ImageFolder: decode.py's DATA_DECODERS; None: $AIPERF_DATA_DECODER, else `tensor`
+    packed: str | None = None  # a pack's digest (run.json dataset.packed.digest): the pack the run started with
 
     @classmethod
     def audited(cls, trial: Mapping[str, Any], dataset: Mapping[str, Any], data: str | None) -> DataSpec:
@@ -454,8 +456,10 @@ class DataSpec:
         root = trial.get("data") or ds.get("root")
         if not root:
             raise DataError(f"dataset {name!r} needs a data directory (--data) with train/ and val/ inside")
+        packed = ds.get("packed")
         # A trial.json that names no decoder was written before there was a choice: its images went through PIL.
-        return cls(name, num_classes, image_size, root=str(root), decoder=str(trial.get("data_decoder") or "pil"))
+        return cls(name, num_classes, image_size, root=str(root), decoder=str(trial.get("data_decoder") or "pil"),
+                   packed=packed.get("digest") if isinstance(packed, dict) else None)
 
 
 def folder_transforms(name: str, image_size: int) -> tuple[Any, Any]:
@@ -530,6 +534,36 @@ def _in_memory_data(spec: DataSpec, batch_size: int, rank: int, world_size: int,
     return TrialData(train, val, len(train_y), len(val_y), normalizer)
 
 
+def _folder_sets(spec: DataSpec, root: Path) -> tuple[Any, Any]:
+    """An ImageFolder's training and validation datasets: from a pack (data/shards.py) when `root` holds one,
+    else from the run's index (--stage-data), else from a scan of the tree."""
+    from aiperf_runner.data import shards
+
+    train_tf, val_tf, loader = folder_decoding(spec)
+    if shards.is_pack(root):
+        from . import decode
+        from .sharded_folder import packed_sets
+
+        try:
+            return packed_sets(root, spec.decoder or decode.default_decoder(), train_tf, val_tf, spec.packed)
+        except shards.ShardError as exc:
+            raise DataError(f"{spec.name}: {exc}") from None
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise DataError(f"{spec.name}: no {split}/ directory under {root} (ImageFolder layout expected: "
+                            f"{root}/{split}/<class>/<image>, or a pack: aiperf-runner stage)")
+    from torchvision.datasets import ImageFolder
+
+    from .indexed_folder import IndexedImageFolder
+
+    if spec.index:
+        folders = json.loads(Path(spec.index).read_text())["folders"]
+        return (IndexedImageFolder(str(root / "train"), folders["train"], transform=train_tf, loader=loader),
+                IndexedImageFolder(str(root / "val"), folders["val"], transform=val_tf, loader=loader))
+    return (ImageFolder(str(root / "train"), transform=train_tf, loader=loader),
+            ImageFolder(str(root / "val"), transform=val_tf, loader=loader))
+
+
 def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: int = 1,
                device: torch.device | None = None, shuffle_seed: int = 0, local_world_size: int = 1,
                workers: int | None = None, channels_last: bool = False,
@@ -541,24 +575,8 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     if spec.name in ("smoke", "fashion-mnist"):
         return _in_memory_data(spec, batch_size, rank, world_size, device, shuffle_seed, normalizer)
 
-    from torchvision.datasets import ImageFolder
-
-    from .indexed_folder import IndexedImageFolder
-
     root = Path(spec.root or "")
-    for split in ("train", "val"):
-        if not (root / split).is_dir():
-            raise DataError(f"{spec.name}: no {split}/ directory under {root} (ImageFolder layout expected: "
-                            f"{root}/{split}/<class>/<image>)")
-    train_tf, val_tf, loader = folder_decoding(spec)
-    if spec.index:
-        folders = json.loads(Path(spec.index).read_text())["folders"]
-        train_set: ImageFolder = IndexedImageFolder(str(root / "train"), folders["train"], transform=train_tf,
-                                                    loader=loader)
-        val_set: ImageFolder = IndexedImageFolder(str(root / "val"), folders["val"], transform=val_tf, loader=loader)
-    else:
-        train_set = ImageFolder(str(root / "train"), transform=train_tf, loader=loader)
-        val_set = ImageFolder(str(root / "val"), transform=val_tf, loader=loader)
+    train_set, val_set = _folder_sets(spec, root)
     if len(train_set.classes) != spec.num_classes:
         raise DataError(f"{root}/train has {len(train_set.classes)} classes, the trial expects {spec.num_classes}")
     if val_set.classes != train_set.classes:

@@ -40,7 +40,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from aiperf_runner.rundir.config import DATA_DECODERS, DECODER_ENV, DEFAULT_DATA_DECODER
 
-__all__ = ["DATA_DECODERS", "default_decoder", "read_rgb", "tensor_transforms"]
+__all__ = ["DATA_DECODERS", "decode_rgb", "default_decoder", "pil_rgb_image", "read_rgb", "tensor_transforms"]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SCALE = (0.08, 1.0)  # torchvision's RandomResizedCrop defaults
@@ -66,10 +66,26 @@ def _pil_rgb(data: bytes) -> torch.Tensor:
     return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
 
 
+def pil_rgb_image(data: bytes | memoryview) -> Any:
+    """The `pil` decoder's loader for bytes (a packed image, data/shards.py): torchvision's `pil_loader`
+    (PIL, `convert("RGB")`) on the file's bytes."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        return img.convert("RGB")
+
+
 def read_rgb(path: str) -> torch.Tensor:
     """The image at `path` as a uint8 (3, H, W) tensor (grey expanded, alpha dropped, as PIL's RGB)."""
     with open(path, "rb") as fh:
-        data = fh.read()
+        return decode_rgb(fh.read())
+
+
+def decode_rgb(data: bytes | memoryview) -> torch.Tensor:
+    """An image file's bytes (a packed image, data/shards.py, or a file's) as a uint8 (3, H, W) tensor."""
+    data = bytes(data) if isinstance(data, memoryview) else data
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         if data[:3] == _JPEG_MAGIC:

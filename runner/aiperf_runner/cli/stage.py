@@ -1,0 +1,117 @@
+"""`aiperf-runner stage`: an ImageFolder data set packed into node-local shards before a run (data/shards.py),
+or an existing pack verified; `--slurm` does it on every node of the current allocation at once.
+
+Staging is not part of a run: it happens before the run's clock starts, and the time it took is printed
+here, never scored. The run then reads the pack with `--data` pointing at it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from aiperf_runner.data.staging import expand, node_name
+from aiperf_runner.spec.errors import AiperfError
+
+EXIT_CODES = "Exit codes: 0 success, 1 failure (the message says why), 2 usage error."
+
+
+def srun_argv(options: list[str]) -> list[str]:
+    """The command that runs `stage OPTIONS` once on every node of the current SLURM allocation, in
+    parallel; AiperfError outside an allocation."""
+    nodes = os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES")
+    if not os.environ.get("SLURM_JOB_ID") or not nodes:
+        raise AiperfError("--slurm stages on every node of the current allocation: run it inside a SLURM "
+                                "allocation (salloc, or an sbatch script), or leave --slurm out to stage here")
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            sys.executable, "-m", "aiperf_runner", "stage", *options]
+
+
+def _options(data: Path | None, to: str, shard_mb: int, workers: int, verify_only: bool, full: bool,
+             as_json: bool, manifest_to: Path | None = None) -> list[str]:
+    """The command's own options again (for the copy each node runs)."""
+    return [*(["--data", str(data.resolve())] if data else []), "--to", to, "--shard-mb", str(shard_mb),
+            "--workers", str(workers), *(["--verify-only"] if verify_only else []), *(["--full"] if full else []),
+            *(["--json"] if as_json else []), *(["--manifest-to", str(manifest_to.resolve())] if manifest_to else [])]
+
+
+def copy_manifest(pack: Path, target: Path) -> None:
+    """The pack's manifest copied to `target` (shared storage the controller reads: `run --data-manifest`);
+    written whole and renamed, so nodes writing the same manifest at once leave one complete copy."""
+    from aiperf_runner.data import shards
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copyfile(pack / shards.MANIFEST, tmp)
+    os.replace(tmp, target)
+
+
+def _report(node: str, dst: Path, manifest: dict[str, Any], packed: bool, full: bool, seconds: float) -> dict[str, Any]:
+    splits = manifest["splits"].values()
+    size = sum(int(sh["bytes"]) for s in splits for sh in s["shards"])
+    return {"node": node, "path": str(dst), "packed": packed, "verified": "full" if full else "sizes",
+            "images": sum(int(s["images"]) for s in splits), "shards": sum(len(s["shards"]) for s in splits),
+            "bytes": size, "seconds": round(seconds, 3), "mb_per_s": round(size / 1e6 / seconds, 1) if seconds else None,
+            "digest": manifest["digest"]}
+
+
+def _text(r: dict[str, Any]) -> str:
+    what = "packed" if r["packed"] else f"verified ({'every shard hashed' if r['verified'] == 'full' else 'sizes and index'})"
+    rate = f", {r['mb_per_s']:,} MB/s" if r["packed"] and r["mb_per_s"] is not None else ""
+    return (f"node {r['node']}: {what} {r['path']}: {r['images']:,} images in {r['shards']} shards, "
+            f"{r['bytes'] / 1e6:,.1f} MB, {r['seconds']:.1f} s{rate}\n  digest {r['digest']}")
+
+
+def stage_cmd(
+    to: Annotated[str, typer.Option("--to", metavar="LOCAL", help="Where the pack goes (node-local storage); "
+                                    "%n is the node's name, %% a percent sign.")],
+    data: Annotated[Path | None, typer.Option("--data", metavar="DIR", help="The ImageFolder tree to pack "
+                                              "(train/<class>/<image>, val/<class>/<image>).")] = None,
+    shard_mb: Annotated[int, typer.Option("--shard-mb", metavar="N", min=1, help="Shard size in MiB.")] = 256,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Threads reading and writing.")] = 8,
+    verify_only: Annotated[bool, typer.Option("--verify-only", help="Only verify the pack at --to.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Verify every shard's sha256 too (reads the whole pack); "
+                                       "by default sizes and the index only.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (one per node with --slurm).")] = False,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Run on every node of the current SLURM allocation in "
+                                        "parallel (srun, one task per node).")] = False,
+    manifest_to: Annotated[Path | None, typer.Option("--manifest-to", metavar="FILE", help="Also copy the pack's "
+                                                     "manifest here (shared storage), for run --data-manifest when "
+                                                     "the controller cannot see the nodes' disks.")] = None,
+) -> None:
+    """Pack an ImageFolder data set into a few large shards with a manifest on node-local storage (or verify a
+    pack there), before a run: then `run --data LOCAL` reads the shards. A pack already at --to is verified,
+    not rewritten."""
+    from aiperf_runner.data import shards  # numpy: not at the command line's start
+
+    if not verify_only and data is None:
+        raise AiperfError("give --data DIR (the ImageFolder tree to pack), or --verify-only")
+    if slurm:
+        argv = srun_argv(_options(data, to, shard_mb, workers, verify_only, full, as_json, manifest_to))
+        raise typer.Exit(subprocess.run(argv, check=False).returncode)
+    node = node_name()
+    dst = expand(to, node)
+    start = time.monotonic()
+    if verify_only:
+        if not dst.exists():
+            raise shards.ShardError(f"{dst}: no pack there")
+        report = _report(node, dst, shards.verify(dst, full=full), False, full, time.monotonic() - start)
+    else:
+        assert data is not None
+        result = shards.pack(data, dst, shard_bytes=shard_mb << 20, workers=workers, full=full)
+        report = _report(node, dst, result.manifest, result.packed, full, result.seconds)
+    if manifest_to is not None:
+        copy_manifest(dst, manifest_to)
+    typer.echo(json.dumps(report) if as_json else _text(report))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stage", epilog=EXIT_CODES)(stage_cmd)
