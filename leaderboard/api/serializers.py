@@ -299,6 +299,13 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
     def get_trust(self, result: Result) -> dict[str, Any]:
         return result.trust()
 
+    # The columns a row reads (the leaderboard's `only()`), its trust line's included.
+    COLUMNS = ("rank", "rank_all", "division", "rules", "review", "score_ops", "regulated_score_ops", "max_accuracy",
+               "efficiency", "peak_flops", "duration_s", "precision", "preset", "verification_level", "rules_version",
+               "verifier_version", "verified_at", "witnessed", "audit", "site__name", "site__country",
+               *(f"system__{c}" for c in ("name", "vendor", "accelerator_model", "accelerator_count", "nodes",
+                                           "interconnect", "registered", "status")))
+
     def to_representation(self, result: Result) -> dict[str, Any]:
         # A list row written out directly: DRF's field-by-field way took most of an export's time (10,000 rows:
         # 1.7 of 2.9 s). The same dict, field for field (tests/web/test_api_export_rows.py); a subclass that adds
