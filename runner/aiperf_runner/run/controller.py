@@ -64,6 +64,7 @@ from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
 from aiperf_runner.rundir import checkpoints, privacy
 from aiperf_runner.rundir.config import AUTO_PRECISION, ControllerError, RunConfig, auto_precision
 from aiperf_runner.rundir.lock import lock, unlock
+from aiperf_runner.rundir.timings import LAUNCHED_AT_ENV
 from aiperf_runner.search.buffer import SEARCH_PROCESS_MIN_SLOTS, Candidate, ProposalBuffer, make_search, ready_target
 from aiperf_runner.search.protocols import ArchitectureSearcher, HparamOptimiser
 from aiperf_runner.spec import SPEC_VERSION, keys, proof
@@ -576,8 +577,10 @@ class Controller:
         trial_dir = self.run_dir / "trials" / tr.trial
         argv = (*self._trial_argv(), str(self._trials_root / tr.trial), "--attempt", str(attempt),
                 "--nproc", str(slot.devices_per_node))
+        # The launch time: the trial program measures its start-up from it (rundir/timings.py).
         spec = LaunchSpec(trial_id=tr.trial, attempt=attempt, argv=argv, trial_dir=trial_dir,
-                          stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log")
+                          stdout=trial_dir / "stdout.log", stderr=trial_dir / "stderr.log",
+                          env={LAUNCHED_AT_ENV: repr(time.time())})
         if self.launches.background:  # its trial_started when the launch has returned (_launched)
             self.launches.start(tr, attempt, slot, spec)
             return True

@@ -14,7 +14,10 @@ Rank 0 appends to TRIAL_DIR/events.jsonl: `epoch_end` after every epoch, `trial_
 end, `trial_error` (and a non-zero exit) on an exception. After every epoch it writes
 TRIAL_DIR/checkpoint.pt (model, optimizer, scaler, early-stopping state and the epoch's
 `epoch_end` record) *before* logging the epoch; a later attempt resumes from it, first logging
-that record if the crash came between the two. So no epoch is trained or logged twice.
+that record if the crash came between the two. So no epoch is trained or logged twice. The write
+runs in a thread while the next epoch trains (ckptwriter.py), which logs the epoch once the file is
+in place. Rank 0 prints where the attempt's time went (start-up, validation, checkpoints) as
+`aiperf-timing` lines of its stdout (rundir/timings.py).
 
 The loop follows torchvision's classification reference: SGD with momentum 0.9, weight decay,
 label smoothing, a learning rate scaled linearly with the global batch and decayed (cosine, per
@@ -33,7 +36,9 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +49,14 @@ from torch import nn
 
 from aiperf_runner.rundir.checkpoints import CHECKPOINT, drop
 from aiperf_runner.rundir.privacy import run_masker
+from aiperf_runner.rundir.timings import AttemptTimes
 from aiperf_runner.spec.eventlog import EventWriter, iter_events
 from aiperf_runner.spec.records import EpochEnd
 from aiperf_runner.spec.replay import Replay
 from aiperf_runner.util.cpubind import bind_rank, format_cpulist, worker_init
 
 from .builder import build_module
+from .ckptwriter import CheckpointWriter, asynchronous_by_default
 from .config import TrialConfig, TrialError
 from .data import DataSpec, Normalizer, TrialData, build_data, default_workers
 from .devices import accelerator_models
@@ -96,9 +103,11 @@ class EpochTotals:
 def train_one_epoch(model: nn.Module, criterion: nn.Module, optimizer: torch.optim.Optimizer,
                     data: TrialData, precision: Precision, scaler: torch.amp.GradScaler,
                     schedule: CosineSchedule, epoch: int, device: torch.device,
-                    committer: Committer | None = None) -> EpochTotals:
+                    committer: Committer | None = None,
+                    on_first_step: Callable[[], None] | None = None) -> EpochTotals:
     """`committer`: commits the state every so many steps and seeds each segment's random numbers
-    (trainstate.py); the audit's replay (segment.py) calls this same loop for a segment's steps."""
+    (trainstate.py); the audit's replay (segment.py) calls this same loop for a segment's steps.
+    `on_first_step`: called once the epoch's first optimizer step is done (timing the start-up)."""
     model.train()
     data.train.set_epoch(epoch)
     normalize: Normalizer = data.normalizer
@@ -123,6 +132,8 @@ def train_one_epoch(model: nn.Module, criterion: nn.Module, optimizer: torch.opt
         samples += n
         if committer is not None:
             committer.after_step(step + 1)
+        if step == 0 and on_first_step is not None:
+            on_first_step()
     return EpochTotals(samples, loss_sum)
 
 
@@ -254,6 +265,7 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
            budget: int | None = None) -> dict[str, Any] | None:
     is_main = denv.rank == 0
     log = print if is_main else (lambda *a, **k: None)
+    times = AttemptTimes(attempt) if is_main else None
     ckpt = load_checkpoint(trial_dir / CHECKPOINT)
     if not _resume(cfg, trial_dir, ckpt, denv, device, writer, log):
         return {}
@@ -270,33 +282,79 @@ def _train(cfg: TrialConfig, trial_dir: Path, attempt: int, denv: DistEnv, devic
         f"train {run.data.train_size} / val {run.data.val_size} images", flush=True)
     lr_record: dict[str, Any] | None = scaling.record()  # for the attempt's first epoch
     accelerators: dict[str, int] | None = accelerator_models(denv, device)  # for the attempt's first epoch
+    # Rank 0's checkpoints (every epoch: see _save_epoch) and its timing lines (rundir/timings.py).
+    ckw = CheckpointWriter(trial_dir / CHECKPOINT, _write_checkpoint,
+                           asynchronous=asynchronous_by_default()) if is_main else None
+    if times is not None:
+        times.ready()
+    first_step = partial(_first_step_done, times, device) if times is not None else None
+    try:
+        while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
+            epoch = progress.epoch + 1
+            _seed_everything(cfg.seed * 1_000_003 + denv.rank * 7919 + epoch)  # dropout, augmentation
+            m = _train_and_evaluate(run, model, epoch, denv, device, first_step)
+            first_step = None
+            _update_progress(progress, epoch, m.accuracy, m.val_loss, cfg.patience)
+            record = EpochEnd(trial=cfg.trial, attempt=attempt, epoch=epoch, images_trained=m.images_trained,
+                              images_evaluated=m.images_evaluated, val_accuracy=m.accuracy,
+                              val_loss=m.val_loss if math.isfinite(m.val_loss) else None, started_at=m.started_at,
+                              ended_at=m.ended_at, seconds=m.seconds, accelerators=accelerators or None,
+                              lr_scaling=lr_record or None).as_event()
+            accelerators = lr_record = None
+            states = run.committer.record(cfg.trial, attempt, m.images_trained) if run.committer and is_main else None
+            if ckw is not None:
+                assert writer is not None
+                t0 = time.perf_counter()
+                waited = _save_epoch(ckw, writer, cfg, denv, model, run, progress, record, states)
+                if times is not None:
+                    times.epoch(epoch, train_s=m.train_s, val_s=m.val_s, checkpoint_s=time.perf_counter() - t0,
+                                checkpoint_wait_s=waited, checkpoint=ckw.mode)
+            log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {m.train_loss:.4f}, val loss {m.val_loss:.4f}, "
+                f"val acc {m.accuracy:.4f}, {m.images_trained} trained / {m.images_evaluated} evaluated in "
+                f"{m.seconds:.1f} s ({m.images_trained / max(m.seconds, 1e-9):.0f} img/s)", flush=True)
+        return _finish(cfg, trial_dir, attempt, is_main, progress, model, writer, log, ckw, times)
+    finally:
+        # The writer's thread ended; in a failed attempt, the write in flight finishes (and logs its
+        # epoch) before run_trial logs trial_error.
+        if ckw is not None and (late := ckw.close()) is not None:
+            print(f"trial: {late}", file=sys.stderr, flush=True)
 
-    while progress.epoch < cfg.epoch_budget and progress.stop_reason is None:
-        epoch = progress.epoch + 1
-        _seed_everything(cfg.seed * 1_000_003 + denv.rank * 7919 + epoch)  # dropout, augmentation
-        m = _train_and_evaluate(run, model, epoch, denv, device)
-        _update_progress(progress, epoch, m.accuracy, m.val_loss, cfg.patience)
-        record = EpochEnd(trial=cfg.trial, attempt=attempt, epoch=epoch, images_trained=m.images_trained,
-                          images_evaluated=m.images_evaluated, val_accuracy=m.accuracy,
-                          val_loss=m.val_loss if math.isfinite(m.val_loss) else None, started_at=m.started_at,
-                          ended_at=m.ended_at, seconds=m.seconds, accelerators=accelerators or None,
-                          lr_scaling=lr_record or None).as_event()
-        accelerators = lr_record = None
-        states = run.committer.record(cfg.trial, attempt, m.images_trained) if run.committer and is_main else None
-        if is_main:
-            save_checkpoint(trial_dir / CHECKPOINT, {
-                "format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
-                "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
-                "scaler": run.scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
-                "states_record": states, "world_size": denv.world_size})
-            assert writer is not None
-            if states is not None:
-                writer.append("epoch_states", **states)
-            writer.append("epoch_end", **record)
-        log(f"epoch {epoch}/{cfg.epoch_budget}: train loss {m.train_loss:.4f}, val loss {m.val_loss:.4f}, "
-            f"val acc {m.accuracy:.4f}, {m.images_trained} trained / {m.images_evaluated} evaluated in "
-            f"{m.seconds:.1f} s ({m.images_trained / max(m.seconds, 1e-9):.0f} img/s)", flush=True)
-    return _finish(cfg, trial_dir, attempt, is_main, progress, model, writer, log)
+
+def _write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    save_checkpoint(path, state)  # looked up when called: a test may replace save_checkpoint
+
+
+def _first_step_done(times: AttemptTimes, device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # once per attempt: the step itself, not its launch
+    times.first_step()
+
+
+def _save_epoch(ckw: CheckpointWriter, writer: EventWriter, cfg: TrialConfig, denv: DistEnv, model: nn.Module,
+                run: _Run, progress: Progress, record: dict[str, Any], states: dict[str, Any] | None) -> float:
+    """Rank 0: the epoch's checkpoint, then its lines (`epoch_states`, `epoch_end`); the seconds spent
+    waiting for the previous write.
+
+    Every epoch is checkpointed: a line may be logged only once a checkpoint holds its epoch (a
+    retry would otherwise train it again, or find the log ahead of the checkpoint and refuse to
+    count it twice), and logging later than the epoch's end would lose the epochs trained when a
+    run's time is up and delay the live score. Asynchronously (train/ckptwriter.py), the lines are
+    appended by the writer's thread once the file is renamed into place: a crash before that leaves
+    the previous checkpoint and no line (the epoch is trained again), a crash after it and before
+    the lines is the case _resume_status logs once from the checkpoint, as with a synchronous save.
+    Until the write is done nothing else appends to the log: the next save and _finish wait for it
+    first, and so does a failing attempt before its trial_error (_train's finally)."""
+    state = {"format": CHECKPOINT_FORMAT, "trial": cfg.trial, "arch_hash": cfg.graph.hash(),
+             "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
+             "scaler": run.scaler.state_dict(), "progress": progress.to_dict(), "epoch_record": record,
+             "states_record": states, "world_size": denv.world_size}
+    return ckw.save(state, then=partial(_log_epoch, writer, record, states))
+
+
+def _log_epoch(writer: EventWriter, record: dict[str, Any], states: dict[str, Any] | None) -> None:
+    if states is not None:
+        writer.append("epoch_states", **states)
+    writer.append("epoch_end", **record)
 
 
 _TRAIN, _FINISHED, _INCONSISTENT = 0, 1, 2  # what _resume_status finds (broadcast to every rank)
@@ -425,6 +483,8 @@ class _Measured:
     started_at: float
     ended_at: float
     seconds: float
+    train_s: float  # of `seconds`: training (and the ranks' sums of it)
+    val_s: float  # of `seconds`: evaluating the validation set (and the ranks' sums)
     images_trained: int
     images_evaluated: int
     accuracy: float
@@ -432,15 +492,19 @@ class _Measured:
     train_loss: float  # nan when nothing was trained
 
 
-def _train_and_evaluate(run: _Run, model: nn.Module, epoch: int, denv: DistEnv, device: torch.device) -> _Measured:
+def _train_and_evaluate(run: _Run, model: nn.Module, epoch: int, denv: DistEnv, device: torch.device,
+                        on_first_step: Callable[[], None] | None = None) -> _Measured:
     """Train one epoch and evaluate the whole validation set, on every rank."""
     started_at = time.time()
     t0 = time.perf_counter()
     totals = train_one_epoch(run.ddp_model, run.criterion, run.optimizer, run.data, run.precision, run.scaler,
-                             run.schedule, epoch, device, run.committer)
+                             run.schedule, epoch, device, run.committer, on_first_step)
     train_sums = all_sum(torch.stack([totals.loss_sum.double(),
                                        torch.tensor(float(totals.samples), dtype=torch.float64, device=device)]),
                          denv)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # once per epoch: the training queued on the device counts as training
+    t1 = time.perf_counter()
     if denv.world_size > 1:  # BN running statistics: rank 0's, as in the checkpoint
         sync_buffers(model)
     val = all_sum(evaluate(model, run.data, run.precision, device), denv).tolist()
@@ -452,7 +516,8 @@ def _train_and_evaluate(run: _Run, model: nn.Module, epoch: int, denv: DistEnv, 
     accuracy = val[1] / images_evaluated if images_evaluated else 0.0
     val_loss = val[2] / images_evaluated if images_evaluated else math.inf
     train_loss = train[0] / images_trained if images_trained else math.nan
-    return _Measured(started_at, ended_at, seconds, images_trained, images_evaluated, accuracy, val_loss, train_loss)
+    return _Measured(started_at, ended_at, seconds, t1 - t0, t0 + seconds - t1, images_trained, images_evaluated,
+                     accuracy, val_loss, train_loss)
 
 
 def _update_progress(progress: Progress, epoch: int, accuracy: float, val_loss: float, patience: int | None) -> None:
@@ -470,7 +535,8 @@ def _update_progress(progress: Progress, epoch: int, accuracy: float, val_loss: 
 
 
 def _finish(cfg: TrialConfig, trial_dir: Path, attempt: int, is_main: bool, progress: Progress, model: nn.Module,
-            writer: EventWriter | None, log: Any) -> dict[str, Any]:
+            writer: EventWriter | None, log: Any, ckw: CheckpointWriter | None = None,
+            times: AttemptTimes | None = None) -> dict[str, Any]:
     """The trial's result: the final weights saved and `trial_result` logged (rank 0)."""
     reason = progress.stop_reason or "budget"
     result: dict[str, Any] = {"trial": cfg.trial, "attempt": attempt, "epochs": progress.epoch,
@@ -478,7 +544,13 @@ def _finish(cfg: TrialConfig, trial_dir: Path, attempt: int, is_main: bool, prog
     if is_main:
         assert writer is not None
         # The final weights, and their digest in the result: the service may ask for them (its audit).
+        # Written while the last epoch's checkpoint may still be: the model no longer changes.
         result["weights_sha256"] = save_weights(model, trial_dir / WEIGHTS)
+        if ckw is not None:
+            t0 = time.perf_counter()
+            ckw.wait()  # the last epoch's line before the result
+            if times is not None:
+                times.end(checkpoint_s=time.perf_counter() - t0, writes_s=ckw.writes_s)
         writer.append("trial_result", **result)
         drop(trial_dir)
     log(f"trial {cfg.trial}: {progress.epoch} epochs, best accuracy {progress.best_accuracy:.4f} ({reason})",
