@@ -18,7 +18,7 @@ KEEP_ONE_IN = 4
 
 
 def skipping(model, criterion, optimizer, data, precision, scaler, schedule, epoch, device,  # type: ignore[no-untyped-def]
-             committer=None) -> trial.EpochTotals:
+             committer=None, on_first_step=None) -> trial.EpochTotals:
     model.train()
     data.train.set_epoch(epoch)
     steps = len(data.train)
@@ -41,6 +41,8 @@ def skipping(model, criterion, optimizer, data, precision, scaler, schedule, epo
             loss_sum.add_(loss.detach().float(), alpha=n)
         if committer is not None:
             committer.after_step(step + 1)  # committed where the rules ask, whatever was trained
+        if step == 0 and on_first_step is not None:
+            on_first_step()
     return trial.EpochTotals(samples, loss_sum)
 
 
