@@ -17,7 +17,7 @@ and prints each path's images per CPU-second (process time of this one-thread pr
 on the machine slows the wall clock, not that) and wall images/s, the best round of each, with the ratio
 tensor/pil (the target: >= 2 for the training transform). `train alone` and `val alone`: the transforms
 without the decode, on the first `--cached` images decoded beforehand by each path's own decoder. The
-training measures count the per-image `torch.manual_seed` of SeededImages (printed apart).
+training measures count the per-image seeding of SeededImages (the CPU generator) (printed apart).
 
 Then, untimed, the two paths' outputs on every image: mean and max absolute difference in 0-255 levels,
 on validation (the tolerance docs/rules.md states) and on training (same seeds, so same boxes and flips:
@@ -70,38 +70,14 @@ import torch  # noqa: E402
 from aiperf_runner.spec.proof import sample_seed  # noqa: E402
 from aiperf_runner.train import decode  # noqa: E402
 from aiperf_runner.train.data import folder_transforms  # noqa: E402
+from aiperf_runner.train.preflight import JPEG_SIZE, make_jpegs  # noqa: E402
 
 SIZE = 224
 RESIZE = 256
-WIDTH, HEIGHT = 500, 375
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPEG", ".JPG", ".PNG")
 
 
 # ---- the images -------------------------------------------------------------------------------------
-
-def synthetic_image(rng: np.random.Generator, noise: float = 10.0) -> Any:
-    """A 500x375 RGB image whose JPEG has a photograph's entropy: smooth fields at four scales plus noise."""
-    from PIL import Image
-
-    acc = np.full((HEIGHT, WIDTH, 3), 128.0, np.float32)
-    for (w, h), amplitude in (((5, 4), 70.0), ((20, 15), 40.0), ((80, 60), 25.0), ((250, 188), 12.0)):
-        field = rng.normal(0.0, 1.0, (h, w, 3)).astype(np.float32)
-        for c in range(3):
-            plane = Image.fromarray(field[:, :, c], mode="F").resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC)
-            acc[:, :, c] += amplitude * np.asarray(plane)
-    acc += rng.normal(0.0, noise, acc.shape).astype(np.float32)
-    return Image.fromarray(np.clip(acc, 0, 255).astype(np.uint8))
-
-
-def make_jpegs(directory: Path, n: int, seed: int = 0) -> list[str]:
-    rng = np.random.default_rng(seed)
-    paths = []
-    for i in range(n):
-        path = directory / f"img{i:05d}.jpg"
-        synthetic_image(rng).save(path, "JPEG", quality=90)
-        paths.append(str(path))
-    return paths
-
 
 def find_images(root: Path, n: int) -> list[str]:
     paths = sorted(str(p) for p in root.rglob("*") if p.suffix in EXTENSIONS)
@@ -145,11 +121,11 @@ def paths_under_test(files: list[str], cached: int) -> dict[str, dict[str, Measu
 
 def run_pass(fn: Callable[[int], Any], count: int, seeded: bool) -> tuple[float, float]:
     """(CPU seconds, wall seconds) per image of `fn` over `count` images, each seeded as SeededImages seeds it
-    (torch.manual_seed(sample_seed(...)): its cost is counted, as a loader worker pays it)."""
+    (torch.default_generator.manual_seed(sample_seed(...)): its cost is counted, as a loader worker pays it)."""
     cpu, wall = time.process_time(), time.perf_counter()
     for i in range(count):
         if seeded:
-            torch.manual_seed(sample_seed(0, 0, i))
+            torch.default_generator.manual_seed(sample_seed(0, 0, i))
         fn(i)
     return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
 
@@ -178,7 +154,7 @@ def report(best: dict[tuple[str, str], tuple[float, float]], n: int, cached: int
         print(f"  {what:12} {1 / pc:9.0f} {1 / tc:11.0f} {pc / tc:5.2f}x   {1 / pw:9.0f} {1 / tw:12.0f} {pw / tw:5.2f}x")
     seed = best[("seed", "train")][0]
     pil, tensor = best[("pil", "train alone")][0] - seed, best[("tensor", "train alone")][0] - seed
-    print(f"  train counts torch.manual_seed per image as SeededImages calls it: {seed * 1e3:.2f} ms; without it "
+    print(f"  train counts the per-image seeding as SeededImages does it: {seed * 1e3:.2f} ms; without it "
           f"the training transform alone is {pil * 1e3:.2f} ms (pil), {tensor * 1e3:.2f} ms (tensor): {pil / tensor:.2f}x")
 
 
@@ -205,9 +181,9 @@ def differences(files: list[str], val_box: bool) -> None:
         pairs = {"val": (ref, paths["tensor"]["val"][0](i).int())}
         if val_box:
             pairs["val-box"] = (ref, box(decode.read_rgb(files[i])).int())
-        torch.manual_seed(sample_seed(0, 0, i))
+        torch.default_generator.manual_seed(sample_seed(0, 0, i))
         train_ref = paths["pil"]["train"][0](i).int()
-        torch.manual_seed(sample_seed(0, 0, i))
+        torch.default_generator.manual_seed(sample_seed(0, 0, i))
         pairs["train"] = (train_ref, paths["tensor"]["train"][0](i).int())
         for key, (a, b) in pairs.items():
             if a.shape != b.shape:
@@ -339,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             t0 = time.perf_counter()
             files = make_jpegs(Path(tmp), args.images)
-            print(f"made {len(files)} JPEGs of {WIDTH}x{HEIGHT} in {time.perf_counter() - t0:.0f} s")
+            print(f"made {len(files)} JPEGs of {JPEG_SIZE[0]}x{JPEG_SIZE[1]} in {time.perf_counter() - t0:.0f} s")
         sizes = [os.path.getsize(p) for p in files]
         print(f"{len(files)} files, mean {np.mean(sizes) / 1e3:.1f} kB (min {min(sizes) / 1e3:.0f}, "
               f"max {max(sizes) / 1e3:.0f})")

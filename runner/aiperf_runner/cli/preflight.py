@@ -12,11 +12,7 @@ import typer
 
 from aiperf_runner.cli.options import format_ops
 from aiperf_runner.spec.errors import AiperfError
-
-LOW_SHARE = 0.5
-LOW_REASON = ("trials start cold (torch, CUDA and NCCL, data-loader workers), validate and checkpoint, and the "
-              "search grows or shrinks the seed: none of it is in these measurements, and half the measured rate "
-              "allows for it")
+from aiperf_runner.spec.estimate import MEASURED_LOW_REASON, MEASURED_LOW_SHARE, measured_score_range
 
 
 def _cores() -> int:
@@ -80,12 +76,11 @@ def preflight_cmd(
         node = min(compute, feed)
     out["node_images_per_s"] = node
     out["limited_by"] = "data" if node < compute else "compute"
-    high = node * speed.train_flops_per_image * nodes
-    out["score_ops"] = [high * LOW_SHARE, high]
+    out["score_ops"] = measured_score_range(node, speed.train_flops_per_image, nodes)
     out["assumptions"] = [
         f"the seed's v2 FLOPs per trained image ({speed.train_flops_per_image / 1e9:.3g} GFLOP) at the node's "
         "training rate; validation runs at about the same FLOP rate",
-        f"low end {LOW_SHARE:g} x the high end: {LOW_REASON}",
+        f"low end {MEASURED_LOW_SHARE:g} x the high end: {MEASURED_LOW_REASON}",
         f"{nodes} node(s) scale linearly (an assumption)" if nodes > 1 else "one node",
     ]
     typer.echo(json.dumps(out, indent=2) if as_json else text(out))

@@ -82,11 +82,11 @@ class Preset:
         from aiperf_runner.data import shards
 
         try:
-            manifest = (shards.read_manifest_file(Path(manifest_file)) if manifest_file and not shards.is_pack(data)
-                        else shards.verify(data))
+            given = shards.read_manifest_file(Path(manifest_file)) if manifest_file else None
+            manifest = given if given is not None and not shards.is_pack(data) else shards.verify(data)
         except shards.ShardError as exc:
             raise PresetError(f"--data {data}: {exc}") from None
-        if manifest_file and shards.read_manifest_file(Path(manifest_file))["digest"] != manifest["digest"]:
+        if given is not None and given["digest"] != manifest["digest"]:
             raise PresetError(f"--data-manifest {manifest_file} is not the manifest of the pack at {data}")
         counts = {split: int(info["images"]) for split, info in manifest["splits"].items()}
         return {"name": self.name, "train_images": counts["train"], "val_images": counts["val"],

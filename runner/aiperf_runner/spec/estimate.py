@@ -77,6 +77,19 @@ STAGE_BYTES_PER_S = 500e6
 when not given: every node stages at once, so the machine's staging takes one node's time."""
 
 
+MEASURED_LOW_SHARE = 0.5
+MEASURED_LOW_REASON = ("trials start cold (torch, CUDA and NCCL, data-loader workers), validate and checkpoint, and "
+                       "the search grows or shrinks the seed: none of it is in these measurements, and half the "
+                       "measured rate allows for it")
+
+
+def measured_score_range(node_images_per_s: float, train_flops_per_image: float, nodes: int) -> list[float]:
+    """`preflight`'s score range: a node's measured training rate x the seed's FLOPs per trained image x the
+    nodes (linear scaling assumed), from MEASURED_LOW_SHARE of that to all of it."""
+    high = node_images_per_s * train_flops_per_image * nodes
+    return [high * MEASURED_LOW_SHARE, high]
+
+
 def slot_trials(duration_s: float, epoch_s: float, budgets: tuple[int, ...], startup_s: float) -> tuple[int, float]:
     """(trial attempts one slot starts in the run, the share of its time spent in counted epochs): the k-th trial
     trains budgets[min(k, last)] epochs after `startup_s`; the epoch under way at the end is not counted (half an

@@ -108,21 +108,32 @@ def seed_trial_speed(preset: str, device: torch.device, precision: str, batch: i
     return TrialSpeed(str(device), precision, batch, first_step_s, rate, flops)
 
 
-def make_jpegs(directory: Path, n: int, seed: int = 0) -> list[str]:
-    """`n` ImageNet-sized JPEGs (quality 90) of smooth random fields plus noise: about the entropy, and so the
-    decoding cost, of photographs (60-120 kB each)."""
+def synthetic_image(rng: Any, noise: float = 10.0) -> Any:
+    """A 500x375 RGB image whose JPEG has a photograph's entropy: smooth fields at four scales plus noise."""
     import numpy as np
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
     width, height = JPEG_SIZE
+    acc = np.full((height, width, 3), 128.0, np.float32)
+    for (w, h), amplitude in (((5, 4), 70.0), ((20, 15), 40.0), ((80, 60), 25.0), ((250, 188), 12.0)):
+        field = rng.normal(0.0, 1.0, (h, w, 3)).astype(np.float32)
+        for c in range(3):
+            plane = Image.fromarray(field[:, :, c], mode="F").resize((width, height), Image.Resampling.BICUBIC)
+            acc[:, :, c] += amplitude * np.asarray(plane)
+    acc += rng.normal(0.0, noise, acc.shape).astype(np.float32)
+    return Image.fromarray(np.clip(acc, 0, 255).astype(np.uint8))
+
+
+def make_jpegs(directory: Path, n: int, seed: int = 0) -> list[str]:
+    """`n` ImageNet-sized JPEGs (quality 90) of `synthetic_image`: about the entropy, and so the decoding cost,
+    of photographs (60-120 kB each)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
     paths = []
     for i in range(n):
-        coarse = rng.uniform(0, 255, (height // 25 + 1, width // 25 + 1, 3)).astype(np.float32)
-        smooth = np.kron(coarse, np.ones((25, 25, 1), np.float32))[:height, :width]
-        pixels = np.clip(smooth + rng.normal(0, 10, smooth.shape), 0, 255).astype(np.uint8)
-        path = directory / f"{i:05d}.jpg"
-        Image.fromarray(pixels).save(path, quality=90)
+        path = directory / f"img{i:05d}.jpg"
+        synthetic_image(rng).save(path, "JPEG", quality=90)
         paths.append(str(path))
     return paths
 
