@@ -151,18 +151,11 @@ def sample_images(root: Path, n: int) -> list[str]:
 
 def training_transform(decoder: str, dataset: str, image_size: int) -> Callable[[str], torch.Tensor]:
     """A path -> the augmented uint8 image, as a data-loading worker of `dataset` (cifar, imagenet) makes it
-    with `decoder`."""
-    if decoder == "pil":
-        from torchvision.datasets.folder import default_loader
+    with `decoder` (data.py `folder_decoding`, the trials' own choice of transforms and loader)."""
+    from .data import DataSpec, folder_decoding
 
-        from .data import folder_transforms
-
-        pil_train = folder_transforms(dataset, image_size)[0]
-        return lambda path: pil_train(default_loader(path))
-    from .decode import read_rgb, tensor_transforms
-
-    tensor_train = tensor_transforms(dataset, image_size)[0]
-    return lambda path: tensor_train(read_rgb(path))
+    train, _val, load = folder_decoding(DataSpec(dataset, 0, image_size, decoder=decoder))
+    return lambda path: train(load(path))
 
 
 def decode_rate(decoder: str, dataset: str, image_size: int, files: list[str], seconds: float) -> float:
