@@ -41,8 +41,9 @@ against from the files.
 Measured on a 2-CPU machine (Xeon, AVX-512; torch 2.14, torchvision 0.29, Pillow 13 with libjpeg-turbo),
 2,000 generated files of 87.7 kB, 3 rounds, images per CPU-second, pil -> tensor:
 
-  decode 725 -> 968 (1.34x); train 428 -> 590 (1.38x); val 410 -> 659 (1.61x)
-  train alone 1,057 -> 2,246 (2.13x; 2.50x without the seeding's 0.11 ms); val alone 843 -> 2,474 (2.94x)
+  decode 599 -> 990 (1.65x); train 474 -> 673 (1.42x); val 371 -> 669 (1.80x)
+  train alone 1,347 -> 3,768 (2.80x; the CPU generator's seeding costs ~0 ms, torch.manual_seed cost 0.11 ms);
+  val alone 874 -> 2,504 (2.87x)
   validation outputs 0.002 levels apart on average (worst image 0.003), at most 1; training 0.037 (worst
   image 0.248), at most 2; --val-box 5.15 on average, at most 55 (so validation resizes the whole image)
 

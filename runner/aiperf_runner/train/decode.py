@@ -18,9 +18,8 @@ antialiased bilinear follows Pillow's: validation outputs 0.002 levels of 255 ap
 bench/data_path.py).
 
 Images/s on one core against the `pil` path (bench/data_path.py, 2,000 JPEGs of 500x375, 88 kB): decode
-1.3x, the training transform alone 2.1x (2.5x without SeededImages' seeding, which both pay) and the
-validation transform 2.9x; with the decode, a worker delivers 1.4x the training and 1.6x the validation
-images. The decode (libjpeg-turbo in both paths) is then 60 % of the cost. Decoding at a reduced DCT
+1.65x, the training transform alone 2.8x and the validation transform 2.9x; with the decode, a worker
+delivers 1.4x the training and 1.8x the validation images. The decode (libjpeg-turbo in both paths) is then 60 % of the cost. Decoding at a reduced DCT
 scale (PIL's `draft`) does not apply at ImageNet's sizes: a crop of a 500x375 image is never 448 pixels
 (twice 224) on both sides, so a half-scale decode would be enlarged again, and validation's 256-pixel side
 is more than half of 375. torchvision deprecates its decoders from 0.29 in favour of TorchCodec's; they
