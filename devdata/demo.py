@@ -35,7 +35,18 @@ from django.utils import timezone
 
 from devdata import reports
 from leaderboard import pipeline, ranking, translog
-from leaderboard.models import Edition, Result, ResultSeries, Site, SiteKey, Submission, System, Trial, hash_token
+from leaderboard.models import (
+    Edition,
+    Result,
+    ResultSeries,
+    Site,
+    SiteKey,
+    Submission,
+    System,
+    Trial,
+    failed_of,
+    hash_token,
+)
 
 DEMO_URL = "https://demo.aiperf.invalid/"
 DEMO_NOTE = "[demo]"
@@ -341,7 +352,8 @@ class Generator:
             if values["division"] == "official":  # an official result is on the list once its audit passed
                 values.update(audit=Result.Audit.PASSED, audited_at=published_at)
             results.append(Result(site_id=system.site_id, system=system, run_id=run_id, published=not withdrawn,
-                                  verified_at=verified, published_at=published_at, **values))
+                                  verified_at=verified, published_at=published_at,
+                                  failed_checks=failed_of(values["report"]), **values))  # bulk_create: no save()
             points.append(g["points"])
             trials.append(g["trials"])
         for sub, result in zip(Submission.objects.bulk_create(subs, batch_size=1000), results, strict=True):

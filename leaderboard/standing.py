@@ -6,14 +6,15 @@ in the API and `aiperf-runner submit`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Func, JSONField, OuterRef, Subquery
+from django.db.models import F, OuterRef, Subquery
+from django.db.models.fields.json import KeyTextTransform
 
-from leaderboard.models import Division, LogEntry, Result, Submission
+from leaderboard.models import Division, LogEntry, Result, Submission, failed_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,59 @@ class Standing:
         return {"state": self.state, "text": self.text}
 
 
-def _withdrawal(result: Result, page: PageFacts | None = None) -> tuple[datetime | None, str, str]:
+@dataclass(frozen=True)
+class Facts:
+    """What `standing` reads of a result and its submission, taken from a Result (`of`) or from a row of
+    `values(*Facts.columns())` (`from_row`: an export of thousands of rows, without making their model objects),
+    so that both are judged by the one function."""
+
+    pk: int
+    system_id: int
+    division: str
+    rules: str
+    rank: int | None
+    rank_all: int | None
+    review: str
+    review_reason: str
+    reviewed_at: datetime | None
+    reviewed_by: str
+    audit: str
+    audited_at: datetime | None
+    audit_message: str
+    verified_at: datetime | None
+    rehearsal: bool
+    status: str
+    challenged_at: datetime | None
+    failed_checks: list[dict[str, Any]] | None = None  # read by not_official_because; None: not read
+
+    _RESULT = ("system_id", "division", "rules", "rank", "rank_all", "review", "review_reason", "reviewed_at",
+               "reviewed_by", "audit", "audited_at", "verified_at")
+
+    @classmethod
+    def of(cls, result: Result) -> Facts:
+        sub = result.submission
+        return cls(**{name: getattr(result, name) for name in cls._RESULT}, pk=result.pk,
+                   audit_message=str((result.audit_report or {}).get("message") or ""), rehearsal=sub.rehearsal,
+                   status=sub.status, challenged_at=sub.challenged_at)
+
+    @classmethod
+    def columns(cls, prefix: str = "result__") -> dict[str, Any]:
+        """{alias: expression} for `values(**...)` of a Submission queryset (`prefix`: the path from it to its
+        result); the audit's message is picked out of its report by the database."""
+        return {"f_pk": F(f"{prefix}id"), **{f"f_{name}": F(prefix + name) for name in cls._RESULT},
+                "f_audit_message": KeyTextTransform("message", f"{prefix}audit_report"), "f_rehearsal": F("rehearsal"),
+                "f_status": F("status"), "f_challenged_at": F("challenged_at"),
+                "f_failed_checks": F(f"{prefix}failed_checks")}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Facts:
+        return cls(**{name: row[f"f_{name}"] for name in cls._RESULT}, pk=row["f_pk"],
+                   audit_message=str(row["f_audit_message"] or ""), rehearsal=row["f_rehearsal"],
+                   status=row["f_status"], challenged_at=row["f_challenged_at"],
+                   failed_checks=row.get("f_failed_checks"))
+
+
+def _withdrawal(result: Facts, page: PageFacts | None = None) -> tuple[datetime | None, str, str]:
     """(when, by, why) of the result's last withdrawal in the list's log."""
     row = (page.last_entries.get(result.pk) if page is not None else
            LogEntry.objects.filter(result_id=result.pk).order_by("-index").values_list("data", flat=True).first())
@@ -47,7 +100,7 @@ def _date(at: datetime | None) -> str:
     return at.strftime("%-d %B %Y") if at else "an unknown date"
 
 
-def _listed_as(result: Result) -> tuple[int, str, str]:
+def _listed_as(result: Facts) -> tuple[int, str, str]:
     return (result.system_id, result.division, result.rules)
 
 
@@ -61,17 +114,17 @@ class PageFacts:
     last_entries: dict[int, str]
 
 
-def page_facts(results: Iterable[Result]) -> PageFacts:
+def page_facts(results: Iterable[Result | Facts]) -> PageFacts:
     """PageFacts of `results` (whose submissions are already read): two queries at most, whatever their number."""
-    results = list(results)
-    wanted = {_listed_as(r) for r in results if r.rank_all is not None and r.rank is None}
+    facts = [_facts(r) for r in results]
+    wanted = {_listed_as(r) for r in facts if r.rank_all is not None and r.rank is None}
     bests: dict[tuple[int, str, str], tuple[int, int]] = {}
     if wanted:
         rows = (Result.objects.filter(system_id__in={w[0] for w in wanted}).exclude(rank=None)
                 .values_list("system_id", "division", "rules", "pk", "rank"))
         bests = {(system, division, rules): (pk, rank) for system, division, rules, pk, rank in rows
                  if rank is not None and (system, division, rules) in wanted}
-    withdrawn = [r.pk for r in results if r.submission.status == Submission.Status.WITHDRAWN]
+    withdrawn = [r.pk for r in facts if r.status == Submission.Status.WITHDRAWN]
     last_entries: dict[int, str] = {}
     if withdrawn:
         last = LogEntry.objects.filter(result_id=OuterRef("result_id")).order_by("-index").values("index")[:1]
@@ -80,11 +133,20 @@ def page_facts(results: Iterable[Result]) -> PageFacts:
     return PageFacts(bests, last_entries)
 
 
-def standing(result: Result, page: PageFacts | None = None) -> Standing:
+def _failed(result: Result) -> list[dict[str, Any]]:
+    """A Result's failed checks: from its report where that was read (a page of one result), else as stored."""
+    return failed_of(result.report) if "report" in result.__dict__ else result.failed_checks
+
+
+def _facts(result: Result | Facts) -> Facts:
+    return result if isinstance(result, Facts) else Facts.of(result)
+
+
+def standing(result: Result | Facts, page: PageFacts | None = None) -> Standing:
     """The result's place, as its page's banner says it; `page`: `page_facts()` of the page it is on, if any."""
-    sub = result.submission
-    division = result.get_division_display().lower()
-    if sub.rehearsal:
+    result = _facts(result)
+    division = Division(result.division).label.lower()
+    if result.rehearsal:
         return Standing("rehearsal", "A rehearsal: verified as the list would, shown to its site only, never ranked.")
     if result.rank_all is not None:  # stored by leaderboard/ranking.py: set on every live result
         if result.rank is not None:
@@ -95,7 +157,7 @@ def standing(result: Result, page: PageFacts | None = None) -> Standing:
         shown = f" The list shows its system's best, result #{best[0]} (rank {best[1]})." if best else ""
         return Standing("live_not_best", f"On the live list, not its system's best result: rank {result.rank_all} "
                                          f"among every {division} result.{shown}")
-    if sub.status == Submission.Status.WITHDRAWN:
+    if result.status == Submission.Status.WITHDRAWN:
         at, by, why = _withdrawal(result, page)
         text = f"Withdrawn on {_date(at)}" + (f" by {by}" if by else "") + (f": {why}." if why else ".")
         return Standing("withdrawn", text, at, by, why)
@@ -109,40 +171,20 @@ def standing(result: Result, page: PageFacts | None = None) -> Standing:
                                            + f": {result.review_reason or 'no reason given'}.",
                         result.reviewed_at, result.reviewed_by, result.review_reason)
     if result.audit == Result.Audit.PENDING:
-        since = sub.challenged_at or result.verified_at
+        since = result.challenged_at or result.verified_at
         return Standing("audit_pending", f"Waiting for its audit since {_date(since)}: an official result joins the "
                                          "list once the service has re-executed its work.", since)
     if result.audit == Result.Audit.FAILED:
         return Standing("audit_failed", f"Its audit failed on {_date(result.audited_at)}: "
-                                        f"{(result.audit_report or {}).get('message') or 'see the audit below'}.",
+                                        f"{result.audit_message or 'see the audit below'}.",
                         result.audited_at)
     return Standing("unpublished", "Verified, waiting for a list maintainer to publish it.")
 
 
-class FailedChecks(Func):
-    """The checks of a report (a JSON column) that failed, picked out by the database: a page of 10,000
-    submissions then reads a few checks a row instead of every row's whole report (7 kB)."""
-
-    output_field = JSONField()
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection,
-                           template="jsonb_path_query_array(%(expressions)s, '$.checks[*] ? (@.passed == false)')",
-                           **extra)
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection, template=(
-            "(SELECT json_group_array(json(value)) FROM json_each(%(expressions)s, '$.checks') "
-            "WHERE json_extract(value, '$.passed') = 0)"), **extra)
-
-
-def not_official_because(result: Result, state: Standing | None = None,
-                         failed: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
+def not_official_because(result: Result | Facts, state: Standing | None = None) -> list[dict[str, str]]:
     """Why a verified result is not (or not yet) in the official ranking: each failed check with its message,
-    then what the list still waits for; [] for an official result on the list. `state`: its standing, if known;
-    `failed`: its report's failed checks (FailedChecks), if read."""
-    if failed is None:
-        failed = [c for c in (result.report or {}).get("checks", []) if not c.get("passed")]
+    then what the list still waits for; [] for an official result on the list. `state`: its standing, if known."""
+    failed = (result.failed_checks or []) if isinstance(result, Facts) else _failed(result)
     reasons = [{"check": c["name"], "message": c.get("message", "")} for c in failed]
     if result.division == Division.OFFICIAL:
         state = state or standing(result)

@@ -3,12 +3,17 @@
 from rest_framework.pagination import PageNumberPagination
 
 
+def is_export(request) -> bool:
+    """Whether `request` asks for the whole filtered list rather than a page."""
+    return request.query_params.get("format") in ("csv", "json")
+
+
 class Pagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
     def paginate_queryset(self, queryset, request, view=None):
-        if request.query_params.get("format") in ("csv", "json"):
+        if is_export(request):
             return None  # an export: every row of the filtered list
         return super().paginate_queryset(queryset, request, view)
 

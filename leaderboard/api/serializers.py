@@ -449,7 +449,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
                "reasons", "error", "challenge", "challenged_at", "rehearsal", "proof",
                *(f"result__{c}" for c in ("submission_id", "system_id", "division", "rules", "rank", "rank_all",
                                            "review", "review_reason", "reviewed_at", "reviewed_by", "audit",
-                                           "audited_at", "audit_report", "verified_at", "score_ops",
+                                           "audited_at", "audit_report", "verified_at", "score_ops", "failed_checks",
                                            "regulated_score_ops", "verification_level")))
 
     class Meta:
@@ -576,20 +576,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
         r = self._result(sub)
         if r is None:
             return []
-        return standing.not_official_because(r, self._standing(sub), self._failed_checks(r))
-
-    def _failed_checks(self, r: Result) -> list[dict[str, Any]] | None:
-        """The checks its report failed, picked out by the database (standing.FailedChecks) for the whole page in
-        one query: the view does not read the 7-kB reports, and asking it of every row of the list before its
-        order and page are taken cost a page of 50 rows 180 ms at 10,000 submissions."""
-        if "report" in r.__dict__:  # read already (one submission): nothing to ask
-            return None
-        if "_failed" not in self.context:
-            ids = [res.pk for res in map(self._result, page_of(self)) if res is not None]
-            self.context["_failed"] = dict(  # type: ignore[index]
-                Result.objects.filter(pk__in=ids).annotate(failed=standing.FailedChecks("report"))
-                .values_list("pk", "failed"))
-        return self.context["_failed"].get(r.pk)
+        return standing.not_official_because(r, self._standing(sub))
 
 
 def flag(raw: object) -> bool:

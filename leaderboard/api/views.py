@@ -31,8 +31,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from leaderboard import audit, intake, limits, listcache, systems, tasks, witness
-from leaderboard.api import filters
+from leaderboard.api import exports, filters
 from leaderboard.api import serializers as s
+from leaderboard.api.pagination import is_export
 from leaderboard.errors import Rejected
 from leaderboard.models import (
     Edition,
@@ -293,6 +294,13 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return super().get_queryset().filter(Q(rehearsal=False) | own_rehearsals(self.request))
+
+    def list(self, request, *args, **kwargs):
+        if is_export(request):
+            # The whole list (an export): its rows written from values(), the same rows as a page's.
+            return Response(exports.submission_rows(self.filter_queryset(self.get_queryset()), request,
+                                                    objects=request.query_params.get("format") != "csv"))
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(
         request=s.SubmissionUploadSerializer,
