@@ -6,11 +6,11 @@
   for prediction too, so the kernel is one positive semi-definite function). Targets are
   standardised; observation noise sits on the diagonal.
 - **Acquisition**: UCB, mean + 2.576 x standard deviation (NNI's beta).
-- **Optimiser**: NNI's simulated annealing — a priority queue seeded with the observed
-  architectures (by accuracy); pop the best, accept it with probability
-  exp(min((value - best_acq) / T, 1)), expand an accepted element into `n_neighbours` random
-  morphisms (deeper / wider / skip), push those with their acquisition value; T *= 0.9 down to
-  1e-4 — bounded here by `max_expansions` expansions and `max_pops` pops, so a proposal costs a
+- **Optimiser**: NNI's simulated annealing (search/annealing.py, shared with the LLM search) — a
+  priority queue seeded with the observed architectures (by accuracy); pop the best, accept it with
+  probability exp(min((value - best_acq) / T, 1)), expand an accepted element into `n_neighbours`
+  random morphisms (deeper / wider / skip), push those with their acquisition value; T *= 0.9 down
+  to 1e-4 — bounded here by `max_expansions` expansions and `max_pops` pops, so a proposal costs a
   known number of acquisition evaluations, and by `max_chain` morphisms between an observed
   architecture and a proposal (NNI's chains are unbounded, which grows networks by many layers at
   once).
@@ -48,11 +48,7 @@ architecture and `observe(hash, accuracy)` for every result — or use `Architec
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import random
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from aiperf_runner.search import morphism
+from aiperf_runner.search.annealing import AnnealingSearch
 from aiperf_runner.search.blas import blas_single_thread
 from aiperf_runner.search.editdistance import Descriptor, DescriptorBank, describe
 from aiperf_runner.search.gp import GaussianProcess
@@ -92,8 +89,9 @@ class _Arch:
     descriptor: Descriptor | None = None
 
 
-class ArchitectureSearch:
-    """Proposes architectures: the seed first, then morphed children chosen by GP-UCB + annealing."""
+class ArchitectureSearch(AnnealingSearch[Graph, dict[str, Any], Proposal]):
+    """Proposes architectures: the seed first, then morphed children chosen by GP-UCB + annealing.
+    A step of a chain is a morphism's details (morphism.random_morphism), "op" naming it."""
 
     def __init__(self, seed_graph: Graph, rng_seed: int = 0, max_layers: int | None = None,
                  max_params: int | None = None, max_filters: int | None = None, max_train_flops: int | None = None,
@@ -120,8 +118,8 @@ class ArchitectureSearch:
         self.max_history = max_history
         self.gp = GaussianProcess(noise=noise, length_scale=length_scale)
         self._rng = random.Random(rng_seed)
+        self._init_feeding()
         self._archs: dict[str, _Arch] = {}          # every proposed or registered architecture
-        self._order: list[str] = []                 # in proposal/registration order
         self._obs: dict[str, list[float]] = {}      # arch hash -> accuracies observed
         self._obs_index: dict[str, int] = {}        # arch hash -> row in the distance matrix
         self._obs_hashes: list[str] = []          # the architectures the GP is fitted on (row order)
@@ -136,79 +134,38 @@ class ArchitectureSearch:
         self._dist = np.zeros((0, 0), dtype=np.float32)
         self._fitted_at = -1                        # number of observations at the last fit
         self._n_obs_total = 0
-        self._inbox: list[tuple[str, Any]] = []
-        self._inbox_lock = threading.Lock()
-        self._search_lock = threading.RLock()
-        self._known: set[str] = set()
         # Observed architectures none of whose sampled morphisms stayed within the bounds: no
         # longer expanded. Once a bounded run's best architectures reach the bound, expanding them
         # first (the annealing pops by accuracy) used every expansion of a pass on children the
         # bounds refuse, and batches shrank to the fallback's one proposal (4 a second, against the
         # 28 that 4,096 slots of 60-s trials ask for).
         self._saturated: set[str] = set()
-        self.proposals = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Everything but the locks: a search pickles, to run in a process of its own (search/buffer.py)."""
-        state = self.__dict__.copy()
-        del state["_inbox_lock"], state["_search_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._inbox_lock = threading.Lock()
-        self._search_lock = threading.RLock()
 
     # ---- feeding ------------------------------------------------------------------------------
-    @property
-    def known_hashes(self) -> frozenset[str]:
-        with self._inbox_lock:
-            return frozenset(self._known)
-
     def register(self, graph: Graph, parent_hash: str | None = None, morphisms: Sequence[str] = (),
                  arch_hash: str | None = None) -> str:
         """Record an architecture proposed earlier (resume) so that it is never proposed again."""
         h = arch_hash or graph.hash()
-        with self._inbox_lock:
-            if h not in self._known:
-                self._known.add(h)
-                self._inbox.append(("register", (h, graph, parent_hash, list(morphisms))))
+        self._enqueue_register(h, (h, graph, parent_hash, list(morphisms)))
         return h
 
     def observe(self, arch_hash: str, accuracy: float, graph: Graph | None = None) -> None:
         """The accuracy a trial of architecture `arch_hash` reached. Repeated observations of one
         architecture are aggregated, never treated as separate points."""
-        acc = float(accuracy)
-        if not math.isfinite(acc):
-            raise ValueError(f"accuracy must be finite, got {accuracy!r}")
-        if arch_hash not in self._known:
-            if graph is None:
-                raise KeyError(f"unknown architecture {arch_hash[:12]}: register() it or pass its graph")
-            self.register(graph, arch_hash=arch_hash)
-        with self._inbox_lock:
-            self._inbox.append(("observe", (arch_hash, acc)))
+        self._enqueue_result(arch_hash, accuracy, graph, result_name="accuracy", arch_name="graph")
 
     @classmethod
     def from_history(cls, seed_graph: Graph, history: Iterable[Mapping[str, Any]], **kwargs: Any) -> ArchitectureSearch:
         """Rebuild from records in proposal order: {"graph": Graph | json, "parent_hash", "morphisms",
         "accuracy" (optional; None or absent when the trial did not finish), "arch_hash" (optional)}."""
         search = cls(seed_graph, **kwargs)
-        count = 0
-        for rec in history:
-            g = rec["graph"]
-            if not isinstance(g, Graph):
-                g = Graph.from_json(g)
-            h = search.register(g, rec.get("parent_hash"), rec.get("morphisms") or (), rec.get("arch_hash"))
-            if rec.get("accuracy") is not None:
-                search.observe(h, rec["accuracy"])
-            count += 1
+        count = search._replay(history, _as_graph, arch_key="graph", steps_key="morphisms", result_key="accuracy")
         # do not replay the random stream of the run before the kill
         search._rng = random.Random(f"{search.rng_seed}:{count}")
         return search
 
     def _drain(self) -> None:
-        with self._inbox_lock:
-            items, self._inbox = self._inbox, []
+        items = self._take_inbox()
         dirty: dict[int, None] = {}  # rows that got a new architecture, in order
         for kind, payload in items:
             if kind == "register":
@@ -339,14 +296,25 @@ class ArchitectureSearch:
         except morphism.MorphismError:
             return None
 
-    def _accept(self, h: str, graph: Graph, parent: str | None, ops: list[str], details: list[dict[str, Any]],
+    def _hash(self, graph: Graph) -> str:
+        return graph.hash()
+
+    def _arch_of(self, arch_hash: str) -> Graph:
+        return self._archs[arch_hash].graph
+
+    def _check(self, graph: Graph) -> None:
+        graph.validate()  # morphisms are valid by construction; checked once on each chosen one
+
+    def _acquisition_of(self, graphs: Sequence[Graph]) -> np.ndarray:
+        # Before the first result every acquisition is 0: no descriptor is needed.
+        return self._acquisition([describe(g) for g in graphs]) if self._obs_hashes else np.zeros(len(graphs))
+
+    def _accept(self, h: str, graph: Graph, parent: str | None, steps: tuple[dict[str, Any], ...],
                 acq: float | None) -> Proposal:
-        with self._inbox_lock:
-            self._known.add(h)
-        self._archs[h] = _Arch(graph, parent, list(ops))
-        self._order.append(h)
-        self.proposals += 1
-        return Proposal(graph.copy(), parent, list(ops), h, details, acq)
+        self._claim(h)
+        ops = [d["op"] for d in steps]
+        self._archs[h] = _Arch(graph, parent, ops)
+        return Proposal(graph.copy(), parent, list(ops), h, list(steps), acq)
 
     def propose(self) -> Proposal | None:
         """The next architecture to train; None when no new architecture can be found."""
@@ -364,7 +332,7 @@ class ArchitectureSearch:
             self._drain()
             out: list[Proposal] = []
             if self.seed_hash not in self._archs and self.seed_hash not in self._known:
-                out.append(self._accept(self.seed_hash, self.seed_graph.copy(), None, [], [], None))
+                out.append(self._accept(self.seed_hash, self.seed_graph.copy(), None, (), None))
                 if count <= 1:
                     return out
             self._refit()
@@ -373,110 +341,33 @@ class ArchitectureSearch:
                 out += self._random_fallback(count - len(out))
             return out
 
-    def _anneal(self, count: int = 1) -> list[Proposal]:
-        counter = itertools.count()
-        # (-acquisition, tie-break, graph, root hash, morphisms, details, graph hash or None for roots)
-        Item = tuple[float, float, Graph, str, list[str], list[dict[str, Any]], str | None]
-        heap: list[Item] = []
-        # Roots of equal value (all of them before the first result) in random order: in insertion
-        # order the same first few would be expanded every time, and their neighbourhoods run dry.
+    def _roots(self) -> list[tuple[str, float]]:
+        """The GP's architectures by mean accuracy (every one proposed, at 0, before the first result),
+        less those whose neighbourhoods are spent."""
         if self._obs_hashes:
             means = (self._row_sum[:len(self._obs_hashes)] / self._row_count[:len(self._obs_hashes)]).tolist()
-            roots = [(h, v) for h, v in zip(self._obs_hashes, means, strict=True) if h not in self._saturated]
-        else:
-            roots = [(h, 0.0) for h in self._order if h not in self._saturated]
-        for h, value in roots:
-            heapq.heappush(heap, (-value, -self._rng.random(), self._archs[h].graph, h, [], [], None))
-        candidates: list[Item] = []
-        seen: set[str] = set()  # the candidates of this pass
-        best_acq = -math.inf
-        t = 1.0
-        pops = expansions = 0
-        # A batch explores in proportion to its size: `max_expansions` (and pops) per 16 candidates
-        # (12 x 8 neighbours: six evaluated for each one proposed).
-        scale = max(1, math.ceil(count / 16))
-        max_pops, max_expansions = self.max_pops * scale, self.max_expansions * scale
-        while heap and t > self.t_min and pops < max_pops and expansions < max_expansions:
-            neg_value, _, graph, root, ops, details, _h = heapq.heappop(heap)
-            pops += 1
-            value = -neg_value
-            exponent = min((value - best_acq) / t, 1.0) if best_acq > -math.inf else 1.0
-            t *= self.anneal
-            if len(ops) >= self.max_chain or math.exp(exponent) < self._rng.uniform(0, 1):
-                continue
-            children = self._new_children(graph, seen)
-            if not children:
-                # Every sampled morphism of an observed architecture is out of bounds or proposed
-                # before: its neighbourhood is spent, and it is expanded no more.
-                if not ops:
-                    self._saturated.add(root)
-                continue
-            expansions += 1
-            # Before the first result every acquisition is 0: no descriptor is needed.
-            acq = (self._acquisition([describe(c) for c, _, _ in children]) if self._obs_hashes
-                   else np.zeros(len(children)))
-            for (child, desc, child_hash), a in zip(children, acq, strict=True):
-                item = (-float(a), next(counter), child, root, ops + [desc["op"]], details + [desc], child_hash)
-                heapq.heappush(heap, item)
-                candidates.append(item)
-                best_acq = max(best_acq, float(a))
-        candidates.sort(key=lambda c: (c[0], c[1]))
-        chosen: list[Proposal] = []
-        for neg_acq, _, graph, root, ops, details, arch_hash in candidates[:count]:
-            assert arch_hash is not None  # candidates are children, hashed when made
-            graph.validate()  # morphisms are valid by construction; checked once on each chosen one
-            chosen.append(self._accept(arch_hash, graph, root, ops, details, -neg_acq))
-        return chosen
+            return [(h, v) for h, v in zip(self._obs_hashes, means, strict=True) if h not in self._saturated]
+        return [(h, 0.0) for h in self._order if h not in self._saturated]
 
-    def _new_children(self, graph: Graph, seen: set[str]) -> list[tuple[Graph, dict[str, Any], str]]:
-        """`n_neighbours` random morphisms of `graph`, less those out of bounds and those proposed
-        before (or already among this pass's candidates, `seen`, which it extends): (child, its
-        morphism, its hash). At thousands of results most neighbours of the best architectures are
-        known; left in, they crowded the new ones out of a pass's candidates."""
-        out = []
-        for _ in range(self.n_neighbours):
-            made = self._neighbour(graph)
-            if made is None or not self._allowed(made[0]):
-                continue
-            h = made[0].hash()
-            with self._inbox_lock:  # not a copy of every hash proposed so far (tens of thousands)
-                if h in self._known or h in seen:
-                    continue
-            seen.add(h)
-            out.append((made[0], made[1], h))
-        return out
+    def _spent(self, root: str) -> None:
+        # Every sampled morphism of an observed architecture is out of bounds or proposed before: its
+        # neighbourhood is spent, and it is expanded no more.
+        self._saturated.add(root)
 
-    def _random_fallback(self, count: int = 1, attempts: int = 200) -> list[Proposal]:
-        """Up to `count` random morphism chains from random known architectures, within the bounds
-        (when annealing found too few new ones); chains grow longer as attempts fail. The roots: the
-        model's architectures whose neighbourhoods are not spent, else any architecture proposed so
-        far whose neighbourhood is not (once a bounded search's best all sit at the bound, the new
+    def _fallback_pool(self) -> list[str]:
+        """The model's architectures whose neighbourhoods are not spent, else any architecture proposed
+        so far whose neighbourhood is not (once a bounded search's best all sit at the bound, the new
         ones lie below it), else any."""
-        pool = ([h for h in self._obs_hashes if h not in self._saturated]
+        return ([h for h in self._obs_hashes if h not in self._saturated]
                 or [h for h in self._order if h not in self._saturated] or self._obs_hashes or self._order)
-        found: list[Proposal] = []
-        for attempt in range(max(attempts, 20 * count)):
-            if len(found) >= count:
-                break
-            root = self._rng.choice(pool)
-            graph, ops, details = self._archs[root].graph, [], []
-            for _ in range(1 + min(attempt // 20, 9)):
-                made = self._neighbour(graph)
-                if made is None:
-                    break
-                graph, desc = made
-                ops.append(desc["op"])
-                details.append(desc)
-            if not ops or not self._allowed(graph):
-                continue
-            h = graph.hash()
-            with self._inbox_lock:
-                if h in self._known:
-                    continue
-            graph.validate()
-            acq = float(self._acquisition([describe(graph)])[0])
-            found.append(self._accept(h, graph, root, ops, details, acq))
-        return found
+
+    def _chain_length(self, attempt: int) -> int:
+        return 1 + min(attempt // 20, 9)  # chains grow longer as attempts fail
+
+
+def _as_graph(graph: Graph | Mapping[str, Any]) -> Graph:
+    """A history record's graph: a Graph, or its JSON."""
+    return graph if isinstance(graph, Graph) else Graph.from_json(graph)
 
 
 # Checked by mypy: the search is what the controller drives (search/protocols.py).
