@@ -24,6 +24,32 @@ against world size x the single-device runner figure.
     python bench/gpu_trial.py --tiny             # anywhere: the small seed, 16x16, 2 gloo processes (seconds)
     python bench/gpu_trial.py --steps 50 --batch 192 --timeout 600
 
+With `--workload llm`, the same two questions of AIPerf-LLM's trainer (train/llm/trainer.py): tokens/s
+of a decoder-only transformer (default d_model 1024, 12 blocks of 16 heads x 64, SwiGLU MLP 2816,
+seq_len 1024, byte-level vocab 256: 155M parameters), bf16 autocast on CUDA as the trainer fixes it,
+on random bytes made once on the host (64 MiB; the trainer copies them to the device before its
+clock starts, so data loading is out of the figures), --batch sequences per device per step:
+
+  runner     `new_session` + `trainer.train(..., Budget(steps=steps))` after a `Budget(steps=warmup)`
+             call, the figure being the trainer's own (its loop alone, ended by a device sync): windows
+             drawn on the host from the rank's generator each step, per-step learning rate, AdamW with
+             decay on the matrices only, gradient clipping, the loss summed on the device
+  reference  the same model (`build_model`, same init) in a minimal loop: windows drawn on the device,
+             autocast forward + cross-entropy, zero_grad, backward, clip_grad_norm_, AdamW step,
+             fixed learning rate, no read-back
+
+printed as tokens/s, the rules' FLOP/s (spec/llmflops.py `train_flops_per_token(arch).train` x
+tokens/s), PaLM's 6N + attention model FLOP/s, and MFU = rules' FLOP/s / the device's bf16 dense peak
+(spec/peaks.py by `torch.cuda.get_device_name()`; 'unknown peak' if the table lacks it; on a CPU, the
+table's conservative fp32 estimate, the single-device runs then on one thread as each gloo rank). The
+headline is runner / reference. Then DDP: one process per GPU (NCCL; on a CPU, 2 gloo processes), each calling `trainer.train` (which wraps the model in DDP itself
+when the process group is up) on its own rank's windows, the global batch = --batch x seq_len x world;
+total tokens/s against world size x the single-device runner figure.
+
+    python bench/gpu_trial.py --workload llm           # a CUDA GPU: the 155M model, batch 16 x 1024, bf16
+    python bench/gpu_trial.py --workload llm --tiny    # anywhere: d_model 64, 2 blocks, seq_len 64, fp32 CPU
+    python bench/gpu_trial.py --workload llm --d-model 2048 --layers 16 --seq-len 2048 --batch 8
+
 Without a CUDA GPU and without --tiny it says so and runs the tiny check. The whole script stops
 itself after --timeout seconds (default 280), the DDP processes with it.
 """
@@ -31,8 +57,10 @@ itself after --timeout seconds (default 280), the DDP processes with it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -44,9 +72,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import torch.nn.functional as F
+from aiperf_runner.spec.llmflops import LlmArch, LlmLayer, param_counts, train_flops_per_token
+from aiperf_runner.spec.peaks import accelerator_peak, cpu_peak, lookup
 from aiperf_runner.spec.seeds import resnet50, small_resnet
 from aiperf_runner.train.builder import build_module
 from aiperf_runner.train.distenv import DistEnv, free_port
+from aiperf_runner.train.llm.model import build_model
+from aiperf_runner.train.llm.trainer import Budget, LlmHparams, TrainResult, new_session, train
 from aiperf_runner.train.parallel import data_parallel
 from aiperf_runner.train.precision import Precision, setup_precision
 from aiperf_runner.train.preflight import BatchData, SameBatch
@@ -139,14 +172,19 @@ def reference_loop(model: nn.Module, s: Settings, device: torch.device, precisio
         loss.item()
 
     model.train()
-    for _ in range(s.warmup):
+    return s.batch * s.steps / _timed(step, s.warmup, s.steps, device)
+
+
+def _timed(step: Callable[[], None], warmup: int, steps: int, device: torch.device) -> float:
+    """Seconds of `steps` calls of `step` after `warmup` untimed ones, the device drained on both sides."""
+    for _ in range(warmup):
         step()
     _sync(device)
     t = time.perf_counter()
-    for _ in range(s.steps):
+    for _ in range(steps):
         step()
     _sync(device)
-    return s.batch * s.steps / (time.perf_counter() - t)
+    return time.perf_counter() - t
 
 
 def single_device(s: Settings) -> dict[str, float]:
@@ -167,7 +205,16 @@ def single_device(s: Settings) -> dict[str, float]:
     return out
 
 
-def _ddp_worker(rank: int, world: int, port: int, s: Settings, out_dir: str) -> None:
+def _image_rank(rank: int, world: int, port: int, s: Settings, device: torch.device) -> dict[str, float]:
+    precision = setup_precision(s.precision, device)
+    torch.manual_seed(0)
+    model = runner_model(s).to(device).to(memory_format=torch.channels_last)
+    ddp = data_parallel(model, DistEnv(rank, world, rank, world, "127.0.0.1", port), device)
+    dist.barrier()
+    return {"images_per_s": runner_loop(ddp, s, device, precision)}
+
+
+def _ddp_worker(rank: int, world: int, port: int, s: Settings | LlmSettings, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if s.device == "cuda":
         torch.cuda.set_device(rank)
@@ -177,13 +224,8 @@ def _ddp_worker(rank: int, world: int, port: int, s: Settings, out_dir: str) -> 
         device = torch.device("cpu")
     dist.init_process_group("nccl" if s.device == "cuda" else "gloo", rank=rank, world_size=world)
     try:
-        precision = setup_precision(s.precision, device)
-        torch.manual_seed(0)
-        model = runner_model(s).to(device).to(memory_format=torch.channels_last)
-        ddp = data_parallel(model, DistEnv(rank, world, rank, world, "127.0.0.1", port), device)
-        dist.barrier()
-        rate = runner_loop(ddp, s, device, precision)
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"images_per_s": rate}))
+        rank_figures = (_llm_rank if isinstance(s, LlmSettings) else _image_rank)(rank, world, port, s, device)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(rank_figures))
     finally:
         dist.destroy_process_group()
     # As the trial program does: torch.distributed's C++ threads can abort the interpreter's finalisation
@@ -193,28 +235,230 @@ def _ddp_worker(rank: int, world: int, port: int, s: Settings, out_dir: str) -> 
     os._exit(0)
 
 
-def ddp(s: Settings, world: int, out_dir: Path) -> float:
-    """Total images/s of `world` DDP processes (each times the same number of steps; the slowest
-    rank's time stands for all, as every step waits for the all-reduce)."""
+def ddp(s: Settings | LlmSettings, world: int, out_dir: Path, key: str = "images_per_s") -> float:
+    """Total images/s (`key`: tokens_per_s for the LLM) of `world` DDP processes (each times the same
+    number of steps; the slowest rank's time stands for all, as every step waits for the all-reduce)."""
     mp.spawn(_ddp_worker, args=(world, free_port(), s, str(out_dir)), nprocs=world, join=True)
-    rates = [json.loads((out_dir / f"rank{r}.json").read_text())["images_per_s"] for r in range(world)]
+    rates = [json.loads((out_dir / f"rank{r}.json").read_text())[key] for r in range(world)]
     return world * min(rates)
+
+
+# ---- AIPerf-LLM ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LlmSettings:
+    d_model: int
+    layers: int
+    head_dim: int
+    mlp_hidden: int
+    seq_len: int
+    vocab: int
+    batch: int  # sequences per device per step
+    steps: int
+    warmup: int
+    data_mib: int
+    device: str  # "cuda" (bf16 autocast, as the trainer fixes it) or "cpu" (fp32)
+
+    def arch(self) -> LlmArch:
+        layer = LlmLayer(self.d_model // self.head_dim, self.head_dim, self.mlp_hidden)
+        return LlmArch(self.vocab, self.d_model, self.seq_len, (layer,) * self.layers)
+
+    def hparams(self, world: int = 1) -> LlmHparams:
+        """The trainer's defaults; `batch_tokens` is global: --batch sequences on each of `world` ranks."""
+        return LlmHparams(batch_tokens=self.batch * self.seq_len * world)
+
+
+def _random_bytes(mib: int, seed: int = 0) -> bytes:
+    """The training bytes, made once on the host; the same on every rank (the ranks' windows differ)."""
+    return random.Random(seed).randbytes(mib << 20)
+
+
+def _llm_autocast(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def llm_runner(s: LlmSettings, device: torch.device, data: bytes, world: int = 1) -> TrainResult:
+    """The trainer's own timing of `steps` steps, after a `warmup`-step call (same session: the
+    optimizer's state, the allocator and the kernels are warm). Under DDP each call wraps the model anew."""
+    hp = s.hparams(world)
+    session = new_session(s.arch(), hp, seed=0, device=device)
+    if s.warmup > 0:
+        train(session, data, hp, Budget(steps=s.warmup), seed=1, device=device)
+    _sync(device)
+    return train(session, data, hp, Budget(steps=s.steps), seed=2, device=device)
+
+
+def llm_reference(s: LlmSettings, device: torch.device, data: bytes) -> float:
+    """Tokens/s of the same model in a minimal loop (windows drawn on the device, no per-step read-back)."""
+    arch, hp = s.arch(), s.hparams()
+    model = build_model(arch, generator=torch.Generator().manual_seed(0)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay)
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+    offsets = torch.arange(arch.seq_len + 1, device=device)[None, :]
+
+    def step() -> None:
+        starts = torch.randint(0, buf.numel() - arch.seq_len, (s.batch, 1), device=device)
+        window = buf[starts + offsets].long()
+        with _llm_autocast(device):
+            logits = model(window[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, arch.vocab), window[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), hp.grad_clip)
+        optimizer.step()
+
+    model.train()
+    return s.batch * arch.seq_len * s.steps / _timed(step, s.warmup, s.steps, device)
+
+
+def llm_single_device(s: LlmSettings) -> tuple[dict[str, float], TrainResult]:
+    """On a CPU, one thread, as each DDP rank has: world x this is then the linear figure (and the tiny
+    model gains nothing from more, while spinning OpenMP threads on a busy machine lose a lot)."""
+    device = torch.device("cuda:0" if s.device == "cuda" else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    data = _random_bytes(s.data_mib)
+    torch.manual_seed(0)
+    result = llm_runner(s, device, data)
+    out = {"runner": result.tokens_per_s}
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    torch.manual_seed(0)
+    out["reference"] = llm_reference(s, device, data)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out, result
+
+
+def _llm_rank(rank: int, world: int, port: int, s: LlmSettings, device: torch.device) -> dict[str, float]:
+    data = _random_bytes(s.data_mib)
+    torch.manual_seed(0)
+    dist.barrier()
+    result = llm_runner(s, device, data, world)
+    # train_tokens is summed over the ranks, which all take the same steps: this rank's share over its clock
+    return {"tokens_per_s": result.train_tokens / world / result.seconds}
+
+
+def _llm_peak(s: LlmSettings) -> tuple[float | None, str]:
+    """Dense peak FLOP/s of one device at the precision the trainer uses, and what it is."""
+    if s.device == "cuda":
+        name = torch.cuda.get_device_name(0)
+        peak = accelerator_peak(name, "bf16")
+        if peak is None:
+            return None, f"unknown peak ({name!r} is not in spec/peaks.py)"
+        acc = lookup(name)
+        assert acc is not None
+        return peak, f"{acc.name} bf16 {peak / 1e12:.1f} TFLOP/s"
+    threads = torch.get_num_threads()
+    peak = cpu_peak(threads, precision="fp32")
+    return peak, f"CPU estimate fp32, {threads} thread(s), {peak / 1e9:.0f} GFLOP/s"
+
+
+def _flops(x: float) -> str:
+    return f"{x / 1e12:7.2f} TFLOP/s" if x >= 1e11 else f"{x / 1e9:7.3f} GFLOP/s"
+
+
+def llm_settings(args: argparse.Namespace) -> LlmSettings:
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.tiny:
+        print("no CUDA GPU here: running the tiny CPU check instead (--tiny)", flush=True)
+        args.tiny = True
+    tiny = args.tiny
+    d_model = args.d_model or (64 if tiny else 1024)
+    head_dim = args.head_dim or (16 if tiny else 64)
+    if d_model % head_dim:
+        raise SystemExit(f"--d-model {d_model} is not a multiple of --head-dim {head_dim}")
+    mlp = args.mlp_hidden or -(-11 * d_model // 4 // 64) * 64  # 2.75 d_model, up to a multiple of 64
+    return LlmSettings(d_model=d_model, layers=args.layers or (2 if tiny else 12), head_dim=head_dim,
+                       mlp_hidden=mlp, seq_len=args.seq_len or (64 if tiny else 1024), vocab=256,
+                       batch=args.batch or (4 if tiny else 16), steps=args.steps or (10 if tiny else 30),
+                       warmup=args.warmup if args.warmup is not None else (2 if tiny else 10),
+                       data_mib=args.data_mib or (1 if tiny else 64), device="cpu" if tiny or not cuda else "cuda")
+
+
+def measure_llm(args: argparse.Namespace) -> dict[str, Any]:
+    s = llm_settings(args)
+    arch = s.arch()
+    per_token = train_flops_per_token(arch)
+    if s.device == "cpu":
+        torch.set_num_threads(1)  # as llm_single_device runs
+    peak, peak_text = _llm_peak(s)
+    where = torch.cuda.get_device_name(0) if s.device == "cuda" else f"CPU ({torch.get_num_threads()} thread)"
+    layer = arch.layers[0]
+    print(f"AIPerf-LLM decoder: d_model {arch.d_model}, {len(arch.layers)} blocks of {layer.heads} heads x "
+          f"{layer.head_dim}, MLP {layer.mlp_hidden}, seq_len {arch.seq_len}, vocab {arch.vocab}, "
+          f"{param_counts(arch).total / 1e6:.1f}M parameters; batch {s.batch} x {s.seq_len} tokens per device, "
+          f"{'bf16 autocast' if s.device == 'cuda' else 'fp32'}, {s.steps} timed steps after {s.warmup}, "
+          f"{s.data_mib} MiB of random bytes, on {where}", flush=True)
+    print(f"  per token: rules {per_token.train / 1e9:.4f} GFLOP, PaLM {per_token.palm / 1e9:.4f} GFLOP; "
+          f"peak: {peak_text}", flush=True)
+    single, result = llm_single_device(s)
+    figures: dict[str, Any] = {
+        "workload": "llm", "settings": s.__dict__, "arch": arch.to_dict(), "flops_per_token": per_token.to_json(),
+        "peak_flops": peak, "peak": peak_text, "single": single,
+        "runner_trainer_flops_per_s": result.flops_per_s, "runner_train_loss": result.train_loss}
+    rows = {}
+    for name, rate in single.items():
+        rules, palm = per_token.train * rate, per_token.palm * rate
+        mfu = rules / peak if peak else None
+        rows[name] = {"tokens_per_s": rate, "rules_flops_per_s": rules, "palm_flops_per_s": palm, "mfu": mfu}
+        print(f"  {name:<10} {rate:12.1f} tokens/s   rules {_flops(rules)}   PaLM {_flops(palm)}   MFU "
+              + (f"{mfu:6.1%}" if mfu is not None else "unknown peak"), flush=True)
+    figures["rows"] = rows
+    figures["ratio"] = single["runner"] / single["reference"]
+    print(f"runner / reference: {figures['ratio']:.3f}   (trainer's own count: {_flops(result.flops_per_s)}, "
+          f"train loss {result.train_loss:.3f} nats)", flush=True)
+    world = args.ddp_procs if args.ddp_procs is not None else (torch.cuda.device_count() if s.device == "cuda" else 2)
+    if world >= 1:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="aiperf-gpu-trial-") as tmp:
+            total = ddp(s, world, Path(tmp), key="tokens_per_s")
+        linear = world * single["runner"]
+        rules = per_token.train * total
+        mfu = rules / (world * peak) if peak else None
+        figures["ddp"] = {"world": world, "tokens_per_s": total, "linear": linear, "efficiency": total / linear,
+                          "rules_flops_per_s": rules, "mfu": mfu}
+        print(f"DDP x{world}: {total:.1f} tokens/s against linear {linear:.1f}: {total / linear:.1%} of linear; "
+              f"rules {_flops(rules).strip()}, MFU " + (f"{mfu:.1%}" if mfu is not None else "unknown peak"))
+    return figures
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", choices=("image", "llm"), default="image",
+                   help="image: the ResNet-50 seed trial (default); llm: AIPerf-LLM's trainer")
     p.add_argument("--tiny", action="store_true",
                    help="the small smoke seed instead of ResNet-50, 16x16 images, batch 8, 10 steps, on the CPU, fp32 "
-                        "unless --precision: a smoke check of this script, its figures mean nothing")
-    p.add_argument("--batch", type=int, help="images per device per step (default 256; tiny 4)")
-    p.add_argument("--steps", type=int, help="timed steps (default 30; tiny 3)")
-    p.add_argument("--warmup", type=int, help="untimed steps first (default 10; tiny 1)")
-    p.add_argument("--image-size", type=int, help="default 224; tiny 32")
-    p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), help="default bf16; tiny fp32")
+                        "unless --precision (llm: d_model 64, 2 blocks, seq_len 64, batch 4, fp32): a smoke check "
+                        "of this script, its figures mean nothing")
+    p.add_argument("--batch", type=int, help="images per device per step (default 256; tiny 8); "
+                                             "llm: sequences per device per step (default 16; tiny 4)")
+    p.add_argument("--steps", type=int, help="timed steps (default 30; tiny 10)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (default 10; tiny 2)")
+    p.add_argument("--image-size", type=int, help="default 224; tiny 16")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), help="default bf16; tiny fp32 "
+                   "(image only: the LLM trainer fixes bf16 autocast on CUDA, fp32 on a CPU)")
+    llm = p.add_argument_group("--workload llm")
+    llm.add_argument("--d-model", type=int, help="default 1024; tiny 64")
+    llm.add_argument("--layers", type=int, help="blocks (default 12; tiny 2)")
+    llm.add_argument("--head-dim", type=int, help="heads = d_model / head_dim (default 64; tiny 16)")
+    llm.add_argument("--mlp-hidden", type=int, help="SwiGLU width (default 2.75 x d_model up to a multiple of 64)")
+    llm.add_argument("--seq-len", type=int, help="default 1024; tiny 64")
+    llm.add_argument("--data-mib", type=int, help="MiB of random training bytes (default 64; tiny 1)")
     p.add_argument("--ddp-procs", type=int, help="DDP processes (default: every GPU; on a CPU 2); 0 skips DDP")
     p.add_argument("--timeout", type=float, default=280.0, help="stop everything after this many seconds")
     p.add_argument("--json", type=Path, help="also write the figures here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.workload == "llm":
+        if args.precision or args.image_size:
+            p.error("--precision and --image-size are the image workload's (the LLM trainer fixes its precision)")
+    elif any(getattr(args, x) is not None for x in ("d_model", "layers", "head_dim", "mlp_hidden", "seq_len",
+                                                      "data_mib")):
+        p.error("--d-model, --layers, --head-dim, --mlp-hidden, --seq-len and --data-mib need --workload llm")
+    return args
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -254,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    if args.workload == "llm":
+        return measure_llm(args)
     s = settings(args)
     where = torch.cuda.get_device_name(0) if s.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     model = "small smoke seed" if s.model == "small" else "ResNet-50 seed"
