@@ -32,6 +32,7 @@ from typing import Any
 from aiperf_runner.spec import rules as spec_rules
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from leaderboard import bundles, pipeline, ranking, translog
@@ -289,6 +290,8 @@ def run(submission_id: int, *, again: bool = False) -> str:
     if missing:
         _set(result, A.PENDING, {"message": missing})
         return A.PENDING
+    if not _start_attempt(result, again):
+        return A.PENDING
     logged = dict(result.report.get("kept_weights") or {})
     trials: dict[str, list[dict[str, Any]]] = {}
     seconds: dict[str, float] = {}
@@ -315,6 +318,25 @@ def run(submission_id: int, *, again: bool = False) -> str:
         return A.FAILED
     _set(result, A.PASSED, report)
     return A.PASSED
+
+
+def _start_attempt(result: Result, again: bool) -> bool:
+    """Count a delivery that starts the audit's work; False (the audit left pending, with why) past
+    AIPERF_AUDIT_MAX_ATTEMPTS: a task that kills its worker is delivered again by the broker, without end."""
+    if again:
+        Result.objects.filter(pk=result.pk).update(audit_attempts=1)
+        return True
+    Result.objects.filter(pk=result.pk).update(audit_attempts=F("audit_attempts") + 1)
+    attempts = Result.objects.values_list("audit_attempts", flat=True).get(pk=result.pk)
+    limit = settings.AIPERF_AUDIT_MAX_ATTEMPTS
+    if attempts <= limit:
+        return True
+    message = (f"the audit was started {attempts - 1} times and never finished (its worker died or was stopped: a "
+               f"service fault, not the site's); a list maintainer must look: manage.py aiperf_audit --submission "
+               f"{result.submission_id}")
+    log.error("submission %s: %s", result.submission_id, message)
+    _set(result, A.PENDING, {"message": message})
+    return False
 
 
 def _finite(value: Any) -> Any:

@@ -367,6 +367,8 @@ class Result(models.Model):
     witnessed = models.BooleanField(default=False, help_text="the service witnessed the run: its run token and "
                                                             "receipts passed (witness.token, witness.receipts)")
     audit_report = models.JSONField(default=dict, blank=True, help_text="{trials: {trial: [checks]}, message}")
+    audit_attempts = models.PositiveSmallIntegerField(default=0, editable=False,
+                                                      help_text="deliveries of its audit task that started work")
     audited_at = models.DateTimeField(null=True, blank=True)
     review_reason = models.TextField(blank=True)
     reviewed_at = models.DateTimeField(null=True, blank=True)

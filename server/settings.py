@@ -183,6 +183,9 @@ AIPERF_AUDIT_QUEUE = env.str("AIPERF_AUDIT_QUEUE", default="audit")
 AIPERF_AUDIT_TIMEOUT_S = env.float("AIPERF_AUDIT_TIMEOUT_S", default=3600.0)
 AIPERF_AUDIT_MEMORY_BYTES = env.int("AIPERF_AUDIT_MEMORY_BYTES", default=32 * 1024**3)
 AIPERF_AUDIT_DEVICE = env.str("AIPERF_AUDIT_DEVICE", default="cpu")
+# Deliveries of one audit that may start work: a task that kills its worker (memory, a crash) is delivered
+# again by the broker; past this many starts the audit stops, pending with a message for the maintainers.
+AIPERF_AUDIT_MAX_ATTEMPTS = env.int("AIPERF_AUDIT_MAX_ATTEMPTS", default=3)
 # The seed of the private split a generated preset (smoke) is re-evaluated on (rules 3.1 on): a secret of
 # this service, so that no runner can read those images. Default: derived from SECRET_KEY.
 AIPERF_AUDIT_PRIVATE_SEED = env.int(

@@ -1,4 +1,5 @@
-"""Result.failed_checks: the report's failed checks kept beside it (a list reads these, not whole reports)."""
+"""Result.failed_checks: the report's failed checks kept beside it (a list reads these, not whole reports);
+Result.audit_attempts: the deliveries of its audit that started work (bounded by AIPERF_AUDIT_MAX_ATTEMPTS)."""
 
 from django.db import migrations, models
 
@@ -30,4 +31,10 @@ class Migration(migrations.Migration):
                                    help_text="the report's checks that did not pass"),
         ),
         migrations.RunPython(fill, migrations.RunPython.noop),
+        migrations.AddField(
+            model_name="result",
+            name="audit_attempts",
+            field=models.PositiveSmallIntegerField(default=0, editable=False,
+                                                   help_text="deliveries of its audit task that started work"),
+        ),
     ]
