@@ -27,8 +27,12 @@ if TYPE_CHECKING:
 
 
 def run(
-    preset: str = typer.Option("smoke", "--preset", help="smoke (generated data, minutes on a CPU), cifar or "
-                                                          "imagenet (the official workload; needs --data)."),
+    workload: str = typer.Option("image", "--workload", help="image (the AIPerf benchmark: CNNs on images) or llm "
+                                                              "(AIPerf-LLM: transformer language models; presets "
+                                                              "llm-smoke)."),
+    preset: str = typer.Option(None, "--preset", help="smoke (generated data, minutes on a CPU; the default), "
+                                                       "cifar or imagenet (the official workload; needs --data); "
+                                                       "with --workload llm: llm-smoke (the default)."),
     slots: int = typer.Option(None, "--slots", min=1, help="Trials run at once (default: 1 with local, which splits "
                                                            "this machine's devices; the nodes available with slurm)."),
     duration: str = typer.Option(None, "--duration", help="Run length, e.g. 5m, 1h (default: the preset's). "
@@ -127,6 +131,12 @@ def run(
     from aiperf_runner.run.controller import RunConfig
     from aiperf_runner.run.progress import make_progress
 
+    if workload == "llm" or (resume is not None and _is_llm_run(resume)):
+        _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume)
+        return
+    if workload != "image":
+        raise AiperfError(f"unknown --workload {workload!r}: image or llm")
+    preset = preset or "smoke"
     display = make_progress(progress)
     with _closing_display_on_failure(display):
         if resume is not None:
@@ -268,3 +278,45 @@ def _print_result(run_dir: Path, reason: str) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
+
+
+def _is_llm_run(run_dir: Path) -> bool:
+    import json
+
+    from aiperf_runner.spec.llmrules import is_llm
+
+    try:
+        return is_llm(json.loads((run_dir / "run.json").read_text()))
+    except (OSError, ValueError):
+        return False  # the image controller's resume says what is wrong with it
+
+
+def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
+             devices_per_slot: int, max_retries: int, resume: Path | None) -> None:
+    """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run on this machine (run/llmrun.py)."""
+    from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, summary
+
+    if resume is not None:
+        run_dir = resume
+        llm = LlmRun.resume(run_dir)
+        config = llm.config
+        typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
+    else:
+        config = LlmRunConfig(preset=preset, slots=slots or 1, seed=seed, devices_per_slot=devices_per_slot,
+                              duration_s=parse_duration(duration) if duration else None, max_retries=max_retries)
+        run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+        llm = LlmRun.create(config, run_dir)
+    typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']}: preset {config.preset}, {config.slots} slot(s) of "
+               f"{config.devices_per_slot} process(es), {config.duration_s:.0f} s, in {run_dir}")
+    # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: trials stopped, the log closed
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        reason = llm.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    done = summary(run_dir)
+    best = f"{done['best_loss']:.4f}" if done["best_loss"] is not None else "-"
+    typer.echo(f"finished ({reason}): {done['trials_finished']} trials, {done['tokens']:,} tokens, "
+               f"{done['flops']:.4g} FLOPs trained, best validation loss {best} nats; morphisms used: "
+               f"{', '.join(done['morphisms']) or 'none'}")
+    typer.echo(f"verify it: aiperf-runner verify {run_dir}")

@@ -45,7 +45,13 @@ def _print_human(report: dict[str, Any]) -> None:
     console.print(f"signed by       {report['fingerprint'] or 'not signed'}")
     console.print(f"score           {report['score_ops']:.6g} OPS")
     console.print(f"regulated score {report['regulated_score_ops']:.6g} OPS")
-    console.print(f"max accuracy    {report['max_accuracy']:.4f}")
+    if report.get("workload") == "llm":
+        best = report.get("best_loss")
+        console.print(f"best val loss   {best:.4f} nats (trial {report.get('best_trial')}); {report['tokens_trained']:,} "
+                      f"tokens trained; morphisms {', '.join(report['morphisms_used']) or 'none'}"
+                      if best is not None else "best val loss   -")
+    else:
+        console.print(f"max accuracy    {report['max_accuracy']:.4f}")
     console.print(f"duration        {report['duration_s']:.1f} s   trials finished {report['trials_finished']}   "
                   f"epochs {report['epochs']}")
     console.print(f"division        {report['division']}   valid {_num(report['valid'])}   "

@@ -16,17 +16,32 @@ float64 with numpy (a power iteration of fixed form): identical everywhere up to
 non-overlapping windows: a window's first `order` bytes have less context, so its floor is slightly above H.
 
 **Corpora** (`read_corpus`): a plain text file as bytes, its last `VAL_FRACTION` the validation part, both
-bound by SHA-256. (Debian's `bible-kjv-text` ships its text in the `bible` tool's compressed format, not
-as plain text; a real-text preset will name its file and how it is extracted.)
+bound by SHA-256.
+
+**The King James Bible** (`kjv_text`, preset `llm-kjv`): Debian's `bible-kjv-text` ships the text in the
+`bible` tool's compressed format (`/usr/lib/bible.data`), not as plain text, so it is extracted by that
+package's own reader, `bible` (package `bible-kjv`): `bible -f -p /usr/lib Gen1:1-Rev22:21`, the whole
+text with pretty-printing off — one verse a line, each preceded by its reference (`Ge1:1 In the
+beginning God created the heaven and the earth.`), no line breaks inside a verse, ASCII only: 31,102
+lines, 4,404,412 bytes, SHA-256 `KJV_SHA256`. `-p` names the data file's folder, so a `bible.data` in the
+working directory is not read instead; COLUMNS is removed from the environment (it sets the width of
+`-l`, unused here). Nothing is downloaded: without the packages, TextError says which to install. The
+extraction takes about 0.3 s; `kjv_text` keeps the result in the cache (`data.idx.cache_root()`, keyed
+by the digest, checked on every read), so the trials of a run read a file instead.
 
 Torch-free: data/ sits below train/ (pyproject.toml's import contract).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
+import os
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +67,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 class TextError(ValueError):
-    """A text that cannot be used (unknown split, too short a corpus)."""
+    """A text that cannot be used (unknown split, too short a corpus, a corpus's package not installed)."""
 
 
 # ---- integer random numbers -----------------------------------------------------------------------
@@ -262,3 +277,99 @@ def read_corpus(path: str | Path, val_fraction: float = VAL_FRACTION) -> TextDat
     except OSError as exc:
         raise TextError(f"cannot read the corpus {p}: {exc}") from None
     return split_corpus(data, p.name, val_fraction)
+
+
+# ---- the King James Bible, from Debian's bible-kjv-text -------------------------------------------
+
+KJV_NAME = "kjv/bible-kjv-text"
+"""The data name of the llm-kjv preset's text."""
+KJV_PACKAGES = ("bible-kjv", "bible-kjv-text")
+"""Debian's reader (`bible`) and its compressed text (`/usr/lib/bible.data`)."""
+KJV_COMMAND = "bible"
+KJV_DATA_DIR = "/usr/lib"
+KJV_DATA_FILE = "bible.data"
+KJV_RANGE = "Gen1:1-Rev22:21"
+KJV_BYTES = 4_404_412
+KJV_SHA256 = "cd45f0c9cedab8e4439bd6486c8952c77cc8b0ecc5d1f6ae3513f2039f47229d"
+"""The whole extracted text (bible-kjv 4.38, bible-kjv-text 4.38): `bible -f -p /usr/lib Gen1:1-Rev22:21 |
+sha256sum`."""
+KJV_TIMEOUT_S = 120.0
+_INSTALL_HINT = f"apt-get install {' '.join(KJV_PACKAGES)}"
+
+
+def extract_kjv(command: str = KJV_COMMAND, data_dir: str | Path = KJV_DATA_DIR) -> bytes:
+    """The whole King James text as `bible` prints it with pretty-printing off (see the module docstring).
+
+    `command` and `data_dir` locate the reader and the folder of its `bible.data`; TextError, naming the
+    Debian packages to install, when either is missing or the reader fails or prints nothing."""
+    exe = shutil.which(command)
+    if exe is None:
+        raise TextError(f"the llm-kjv text needs the `{command}` command, from Debian's bible-kjv package, and "
+                        f"its text, from bible-kjv-text: {_INSTALL_HINT}")
+    data_file = Path(data_dir) / KJV_DATA_FILE
+    if not data_file.is_file():
+        raise TextError(f"the llm-kjv text needs {data_file}, from Debian's bible-kjv-text package: "
+                        f"{_INSTALL_HINT}")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["LC_ALL"] = "C"
+    try:
+        proc = subprocess.run([exe, "-f", "-p", str(data_dir), KJV_RANGE], stdin=subprocess.DEVNULL,
+                              capture_output=True, env=env, timeout=KJV_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TextError(f"`{command} -f -p {data_dir} {KJV_RANGE}` failed ({exc}); {_INSTALL_HINT}") from None
+    if proc.returncode != 0 or not proc.stdout or proc.stderr.strip():
+        why = proc.stderr.decode(errors="replace").strip() or "no text"
+        raise TextError(f"`{command} -f -p {data_dir} {KJV_RANGE}` exited {proc.returncode}: {why} "
+                        f"(are {' and '.join(KJV_PACKAGES)} installed? {_INSTALL_HINT})")
+    return proc.stdout
+
+
+def _read_checked(path: Path, digest: str) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if sha256(data) == digest else None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the copy from other users sharing the cache
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def kjv_text(command: str = KJV_COMMAND, data_dir: str | Path = KJV_DATA_DIR, *,
+             cache_dir: str | Path | None = None, use_cache: bool = True) -> bytes:
+    """The whole King James text: from the cache (`cache_dir`, default `data.idx.cache_root()`) when a file
+    there has the digest KJV_SHA256, else extracted (`extract_kjv`) and, when it has that digest, cached.
+
+    A text with another digest (another version of the packages) is returned uncached: the preset's
+    digests then reject it where the text is used."""
+    path = None
+    if use_cache:
+        from .idx import cache_root
+
+        path = (Path(cache_dir) if cache_dir is not None else cache_root()) / f"kjv-{KJV_SHA256[:24]}.txt"
+        cached = _read_checked(path, KJV_SHA256)
+        if cached is not None:
+            return cached
+    data = extract_kjv(command, data_dir)
+    if path is not None and sha256(data) == KJV_SHA256:
+        with contextlib.suppress(OSError):  # no cache (read-only home): every trial extracts the text itself
+            _write_atomic(path, data)
+    return data
+
+
+def kjv_data(command: str = KJV_COMMAND, data_dir: str | Path = KJV_DATA_DIR, *,
+             cache_dir: str | Path | None = None, use_cache: bool = True) -> TextData:
+    """llm-kjv's train and validation text: `kjv_text` split by `split_corpus`, its last VAL_FRACTION the
+    validation part (220,220 bytes, from the middle of Colossians 1:10 to the end; 4,184,192 training)."""
+    return split_corpus(kjv_text(command, data_dir, cache_dir=cache_dir, use_cache=use_cache), KJV_NAME)

@@ -72,8 +72,8 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     """
     pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if path.is_dir():
-        return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records).report
+        return _llm_report(path, pubkey, require_signature) or _verify_dir(
+            path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys, records).report
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -85,8 +85,24 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
             report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
                                         None, False, str(exc))]
             return report
-        return _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system,
-                           witness_keys, records).report
+        return _llm_report(root, pubkey, require_signature) or _verify_dir(
+            root, pubkey, rules, require_signature, rules_version, workers, system, witness_keys, records).report
+
+
+def _llm_report(root: Path, pubkey: Any, require_signature: bool) -> dict[str, Any] | None:
+    """The report of an AIPerf-LLM run (spec/llmverify.py); None for any other run."""
+    from .llmrules import is_llm
+
+    try:
+        run = RunDir(root).run
+    except RunIOError:
+        return None
+    if not is_llm(run):
+        return None
+    from .llmverify import verify_llm
+
+    checks, fingerprint = _signature_checks(root, pubkey, require_signature)
+    return verify_llm(root, run, checks, fingerprint)
 
 
 class Verified(NamedTuple):

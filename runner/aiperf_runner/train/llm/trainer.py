@@ -147,7 +147,9 @@ def rank_generator(seed: int, rank: int) -> torch.Generator:
 
 def random_windows(buf: torch.Tensor, seq_len: int, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """`n` windows of `seq_len + 1` bytes at random starts: (inputs, targets), int64 (n, seq_len) each."""
-    starts = torch.randint(0, buf.numel() - seq_len, (n,), generator=gen).to(buf.device)
+    starts = torch.randint(0, buf.numel() - seq_len, (n,), generator=gen)
+    if buf.is_cuda:  # a pageable copy would wait for the device's queue every step: pinned, asynchronous
+        starts = starts.pin_memory().to(buf.device, non_blocking=True)
     idx = starts[:, None] + torch.arange(seq_len + 1, device=buf.device)[None, :]
     w = buf[idx].long()
     return w[:, :-1], w[:, 1:]

@@ -1,0 +1,221 @@
+"""Verification of an AIPerf-LLM run (`workload: llm`): its log's story checked, its FLOPs recounted by the
+rules (spec.llmflops, llm-v1) and its score computed here, never taken from the run. `verify` (spec/verify.py)
+hands a run directory here when its run.json declares the workload.
+
+Checks (docs/rules.md, "AIPerf-LLM"): `integrity.*` — the signature and manifest (as for images), the log's
+hash chain, run.json and the preset's data digests, the trials' lifecycle and times, every architecture (its
+hash, the seed's, each child equal to its parent's grown by the logged growths), every trial's tokens (its step
+budget x its batch) and FLOPs; `validity.*` — every growth kept its parent's function (the trial's logged
+probe gap within the tolerance), the best validation loss at or under the preset's gate, the run's duration,
+at least one finished trial. Only trials that finished count: their `train_end` FLOPs over the run's time
+(run_started to run_finished) is the score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import rules as R
+from .eventlog import LogError, read_events
+from .llmflops import LlmArch, LlmArchError, train_flops_per_token
+from .llmgrowth import llm_arch_hash, replay
+from .llmrules import GROWTH_TOLERANCE, RULES, WORKLOAD, LlmPreset, LlmPresetError, llm_preset
+from .llmrules import regulated_score_ops as llm_regulated
+from .llmrules import score_ops as llm_score
+
+
+def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[str, Any]],
+               fingerprint: str | None) -> dict[str, Any]:
+    """The report of the LLM run in `root` (run.json read as `run`); `signature_checks` as verify makes them."""
+    report: dict[str, Any] = {
+        "workload": WORKLOAD, "integrity_ok": False, "rules": RULES, "rules_version": RULES, "score_ops": 0.0,
+        "regulated_score_ops": 0.0, "max_accuracy": 0.0, "best_loss": None, "duration_s": 0.0,
+        "trials_finished": 0, "epochs": 0, "tokens_trained": 0, "flops": 0, "morphisms_used": [], "checks": [],
+        "run_id": run.get("run_id"), "fingerprint": fingerprint, "division": "open", "series": [],
+        "valid": False, "stable": False, "plausible": False, "spec_version": run.get("spec_version"),
+        "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": [],
+        "kept_weights": {}, "best_trial": None,
+    }
+    checks = list(signature_checks)
+    try:
+        events = read_events(root / "events.jsonl")
+        checks.append(R.check("integrity.log_chain", "an unbroken hash chain", len(events), True, "intact"))
+    except (LogError, OSError) as exc:
+        checks.append(R.check("integrity.log_chain", "an unbroken hash chain", None, False, str(exc)))
+        return _finish(report, checks)
+    preset, problems = _preset(run)
+    checks.append(R.check("integrity.run_json", "workload llm, a known preset, its data's digests", None,
+                          not problems, "; ".join(problems) or "as the preset binds them"))
+    if preset is None:
+        return _finish(report, checks)
+    story = _Story(preset, events)
+    checks += story.checks()
+    finished = story.finished
+    report.update(duration_s=story.duration_s, trials_finished=len(finished), tokens_trained=story.tokens,
+                  flops=story.flops, morphisms_used=sorted(story.morphisms))
+    if finished:
+        best = min(finished, key=lambda t: finished[t])
+        report.update(best_loss=finished[best], best_trial=best, max_accuracy=math.exp(-finished[best]))
+    checks += [
+        R.check("validity.trials", ">= 1 finished trial", len(finished), bool(finished),
+                f"{len(finished)} trial(s) finished"),
+        R.check("validity.loss", f"best validation loss <= {preset.loss_gate} nats", report["best_loss"],
+                report["best_loss"] is not None and report["best_loss"] <= preset.loss_gate,
+                f"best {report['best_loss']} nats, gate {preset.loss_gate} ({preset.gate_reason})"),
+        R.check("validity.duration", f">= {preset.min_duration_s:.0f} s", story.duration_s,
+                story.duration_s >= preset.min_duration_s, f"{story.duration_s:.1f} s"),
+    ]
+    report["score_ops"] = llm_score(story.flops, story.duration_s)
+    report["regulated_score_ops"] = llm_regulated(report["score_ops"], report["best_loss"])
+    return _finish(report, checks)
+
+
+def _finish(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
+    report["checks"] = checks
+    report["integrity_ok"] = R.all_passed(checks, "integrity")
+    report["valid"] = report["integrity_ok"] and R.all_passed(checks, "validity")
+    report["plausible"] = report["stable"] = report["valid"]
+    report["rejected"] = not report["integrity_ok"]
+    if not report["integrity_ok"]:
+        report["score_ops"] = report["regulated_score_ops"] = 0.0
+    return report
+
+
+def _preset(run: Mapping[str, Any]) -> tuple[LlmPreset | None, list[str]]:
+    if run.get("workload") != WORKLOAD:
+        return None, [f"run.json workload is {run.get('workload')!r}, not {WORKLOAD!r}"]
+    try:
+        preset = llm_preset(str(run.get("preset")))
+    except LlmPresetError as exc:
+        return None, [str(exc)]
+    problems = []
+    if run.get("rules") != RULES:
+        problems.append(f"rules {run.get('rules')!r}, expected {RULES!r}")
+    data = run.get("dataset") or {}
+    for key in ("train_sha256", "val_sha256", "train_bytes", "val_bytes"):
+        if data.get(key) != getattr(preset, key):
+            problems.append(f"dataset {key} {data.get(key)!r} is not the preset's {getattr(preset, key)!r}")
+    return preset, problems
+
+
+class _Story:
+    """The main log read once: each trial's proposal, attempts and training, and what is wrong with them."""
+
+    def __init__(self, preset: LlmPreset, events: list[dict[str, Any]]) -> None:
+        self.preset = preset
+        self.problems: dict[str, list[str]] = {"lifecycle": [], "architecture": [], "flops": [], "growth": []}
+        self.archs: dict[str, LlmArch] = {}
+        self.proposed: dict[str, dict[str, Any]] = {}
+        self.started: dict[tuple[str, int], float] = {}
+        self.trained: dict[tuple[str, int], dict[str, Any]] = {}
+        self.finished: dict[str, float] = {}
+        self.finished_at: dict[str, float] = {}
+        self.flops = self.tokens = 0
+        self.morphisms: set[str] = set()
+        self.growths_checked = 0
+        first, last = events[0] if events else {}, events[-1] if events else {}
+        if first.get("type") != "run_started":
+            self.problems["lifecycle"].append("the log does not begin with run_started")
+        if last.get("type") != "run_finished":
+            self.problems["lifecycle"].append("the log does not end with run_finished (the run is incomplete)")
+        self.duration_s = float(last.get("t", 0) - first.get("t", 0)) if events else 0.0
+        for ev in events:
+            handler = getattr(self, "_on_" + str(ev.get("type")), None)
+            if handler is not None:
+                handler(ev)
+
+    def _bad(self, kind: str, message: str) -> None:
+        if len(self.problems[kind]) < 20:
+            self.problems[kind].append(message)
+
+    def _on_trial_proposed(self, ev: dict[str, Any]) -> None:
+        trial = ev["trial"]
+        try:
+            arch = LlmArch.from_dict(ev["arch"])
+        except LlmArchError as exc:
+            return self._bad("architecture", f"{trial}: {exc}")
+        if trial in self.proposed:
+            self._bad("lifecycle", f"{trial} proposed twice")
+        self.proposed[trial], self.archs[trial] = ev, arch
+        if ev.get("arch_hash") != llm_arch_hash(arch):
+            self._bad("architecture", f"{trial}: arch_hash is not the architecture's")
+        parent = ev.get("parent")
+        if parent is None:
+            if ev.get("growths") or arch != self.preset.seed_arch:
+                self._bad("architecture", f"{trial}: a trial without a parent must be the preset's seed")
+        elif parent not in self.archs:
+            self._bad("architecture", f"{trial}: its parent {parent} was not proposed before it")
+        else:
+            try:
+                grown = replay(self.archs[parent], ev.get("growths") or [])
+            except LlmArchError as exc:
+                return self._bad("architecture", f"{trial}: its growths cannot be applied: {exc}")
+            if grown != arch:
+                self._bad("architecture", f"{trial}: its parent grown by its growths is not its architecture")
+        if ev.get("steps") != self.preset.steps_per_trial:
+            self._bad("lifecycle", f"{trial}: a budget of {ev.get('steps')} steps, the preset's is "
+                                   f"{self.preset.steps_per_trial}")
+
+    def _on_trial_started(self, ev: dict[str, Any]) -> None:
+        if ev["trial"] not in self.proposed:
+            return self._bad("lifecycle", f"{ev['trial']} started before it was proposed")
+        parent = self.proposed[ev["trial"]].get("parent")
+        if parent is not None and parent not in self.finished:  # it starts from its parent's final weights
+            self._bad("architecture", f"{ev['trial']}: started before its parent {parent} finished")
+        self.started[(ev["trial"], ev["attempt"])] = ev["t"]
+
+    def _on_train_end(self, ev: dict[str, Any]) -> None:
+        key, trial = (ev["trial"], ev["attempt"]), ev["trial"]
+        if key not in self.started:
+            return self._bad("lifecycle", f"{trial} attempt {ev['attempt']}: train_end without trial_started")
+        if not self.started[key] <= ev["started_at"] <= ev["ended_at"] <= ev["t"]:
+            self._bad("lifecycle", f"{trial}: training times out of order with the log")
+        proposal, arch = self.proposed[trial], self.archs.get(trial)
+        if arch is None:
+            return
+        batch = (proposal.get("hparams") or {}).get("batch_tokens")
+        if ev["steps"] != proposal["steps"] or ev["tokens_trained"] != ev["steps"] * batch:
+            self._bad("flops", f"{trial}: {ev['tokens_trained']} tokens in {ev['steps']} steps, expected "
+                               f"{proposal['steps']} steps of {batch} tokens")
+        expected = train_flops_per_token(arch, RULES).train * ev["tokens_trained"]
+        if ev["flops"] != expected:
+            self._bad("flops", f"{trial}: {ev['flops']} FLOPs claimed, the rules count {expected}")
+        kinds = [g.get("kind") for g in proposal.get("growths") or []]
+        if list(ev.get("growths") or []) != kinds:
+            self._bad("growth", f"{trial}: trained after growths {ev.get('growths')}, proposed {kinds}")
+        gap = ev.get("growth_gap")
+        if kinds and (gap is None or not gap <= GROWTH_TOLERANCE):
+            self._bad("growth", f"{trial}: its growths changed the logits by {gap} (tolerance {GROWTH_TOLERANCE})")
+        self.trained[key] = {**ev, "flops_counted": expected}
+
+    def _on_trial_finished(self, ev: dict[str, Any]) -> None:
+        key, trial = (ev["trial"], ev["attempt"]), ev["trial"]
+        trained = self.trained.get(key)
+        if trained is None:
+            return self._bad("lifecycle", f"{trial}: finished without a train_end")
+        if ev.get("val_loss") != trained.get("val_loss") or not math.isfinite(float(ev["val_loss"])):
+            return self._bad("lifecycle", f"{trial}: finished with a loss its training did not report")
+        self.finished[trial], self.finished_at[trial] = float(ev["val_loss"]), ev["t"]
+        self.flops += trained["flops_counted"]
+        self.tokens += trained["tokens_trained"]
+        self.morphisms.update(trained.get("growths") or [])
+        self.growths_checked += len(trained.get("growths") or [])
+
+    def checks(self) -> list[dict[str, Any]]:
+        p = self.problems
+        n = len(self.proposed)
+        return [
+            R.check("integrity.lifecycle", "every trial proposed, started, trained and finished in order", n,
+                    not p["lifecycle"], "; ".join(p["lifecycle"]) or f"{n} trials in order"),
+            R.check("integrity.architecture", "the seed, then children grown from their parents, started once "
+                                              "their parent finished", n,
+                    not p["architecture"], "; ".join(p["architecture"]) or f"{n} architectures as proposed"),
+            R.check("integrity.flops", "tokens = steps x batch; FLOPs = the rules' count", self.flops,
+                    not p["flops"], "; ".join(p["flops"]) or f"{self.flops:.4g} FLOPs, {self.tokens:,} tokens"),
+            R.check("validity.growth", f"every growth kept its parent's function (<= {GROWTH_TOLERANCE:g})",
+                    self.growths_checked, not p["growth"],
+                    "; ".join(p["growth"]) or f"{self.growths_checked} growths within the tolerance"),
+        ]

@@ -1,0 +1,199 @@
+"""One AIPerf-LLM trial, as the LLM controller (run/llmrun.py) launches it:
+`python -m aiperf_runner.train.llm.trialmain TRIAL_DIR`.
+
+The trial reads `TRIAL_DIR/trial.json` (its architecture, parent, growths, hyper-parameters and step budget),
+builds its model — the preset's seed, or its parent's final weights and AdamW moments grown by the logged
+growths, each checked to keep the parent's function on the probe batch — trains it data-parallel over its
+slot's `world` processes (gloo on CPU, NCCL on CUDA: torch.multiprocessing, a file rendezvous in the trial
+directory), evaluates it with the frozen evaluation and, from rank 0, writes `weights.safetensors`,
+`optimizer.safetensors` (a child's inheritance) and its own hash-chained log `events.jsonl`: one
+`train_end` {trial, attempt, steps, tokens_trained, flops, val_loss, started_at, ended_at, growth_gap,
+growths} and one `trial_result`, or `trial_error` when it fails (exit status 1). A growth that changed the
+function beyond `spec.llmrules.GROWTH_TOLERANCE` is an error: its child never trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from aiperf_runner.data.llmtext import KJV_NAME, TextData, kjv_data, smoke_text
+from aiperf_runner.spec.eventlog import EventWriter
+from aiperf_runner.spec.llmflops import LlmArch, LlmLayer
+from aiperf_runner.spec.llmrules import GROWTH_TOLERANCE, PROBE_SEQUENCES, LlmPreset, llm_preset
+
+from ..weights import load_weights, save_weights
+from .model import build_model
+from .morph import Growth, add_heads, function_gap, insert_block, widen_mlp
+from .trainer import Budget, LlmHparams, Session, grow, make_optimizer, new_session, train
+
+WEIGHTS = "weights.safetensors"
+OPTIMIZER = "optimizer.safetensors"
+_MOMENTS = ("exp_avg", "exp_avg_sq", "step")
+
+
+class GrowthRefused(RuntimeError):
+    """A growth changed the parent's function beyond the tolerance."""
+
+
+def preset_data(preset: LlmPreset) -> TextData:
+    """The preset's text, checked against the digests the rules bind it to: llm-smoke's generated text, or
+    the King James text extracted from Debian's bible-kjv-text (data/llmtext.py; cached after the first
+    trial, so each trial reads a file)."""
+    if preset.data.startswith("llm-smoke/"):
+        data, how = smoke_text(), "generated"
+    elif preset.data == KJV_NAME:
+        data, how = kjv_data(), "extracted"
+    else:
+        raise ValueError(f"{preset.name}: no reader for data {preset.data!r}")
+    if (data.train_sha256, data.val_sha256) != (preset.train_sha256, preset.val_sha256):
+        raise ValueError(f"{preset.name}: the {how} text's digests differ from the preset's (train "
+                         f"{data.train_sha256[:12]}..., {len(data.train)} bytes; val {data.val_sha256[:12]}..., "
+                         f"{len(data.val)} bytes)")
+    return data
+
+
+def probe_batch(val: bytes, arch: LlmArch) -> torch.Tensor:
+    """The fixed batch a growth is checked on: the first PROBE_SEQUENCES windows of the validation text."""
+    n = arch.seq_len
+    return torch.tensor(list(val[:PROBE_SEQUENCES * n]), dtype=torch.long).reshape(PROBE_SEQUENCES, n)
+
+
+def save_moments(session: Session, path: Path) -> None:
+    """AdamW's per-parameter state as safetensors (`exp_avg/NAME`, `exp_avg_sq/NAME`, `step/NAME`)."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for name, p in session.model.named_parameters():
+        for key, value in session.optimizer.state.get(p, {}).items():
+            if key in _MOMENTS and isinstance(value, torch.Tensor):
+                tensors[f"{key}/{name}"] = value.detach().to("cpu").contiguous().reshape(value.shape)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    os.replace(tmp, path)
+
+
+def load_session(arch: LlmArch, trial_dir: Path, hp: LlmHparams, device: torch.device) -> Session:
+    """A finished trial's model and AdamW, from its weights and moments."""
+    model = build_model(arch).to(device)
+    model.load_state_dict({k: v.to(device) for k, v in load_weights(trial_dir / WEIGHTS).items()})
+    optimizer = make_optimizer(model, hp)
+    moments = load_weights(trial_dir / OPTIMIZER) if (trial_dir / OPTIMIZER).exists() else {}
+    for name, p in model.named_parameters():
+        state = {key: moments[f"{key}/{name}"].to(device) for key in _MOMENTS if f"{key}/{name}" in moments}
+        if state:
+            optimizer.state[p] = state
+    return Session(model, optimizer)
+
+
+def apply_growth(session: Session, growth: dict[str, Any], hp: LlmHparams, seed: int) -> Growth:
+    gen = torch.Generator().manual_seed(seed)
+    model, arch, kind = session.model, session.arch, growth["kind"]
+    if kind == "insert_block":
+        return insert_block(model, arch, growth["index"], LlmLayer.from_dict(growth["layer"]), generator=gen)
+    if kind == "widen_mlp":
+        return widen_mlp(model, arch, growth["layer"], growth["new_hidden"], generator=gen)
+    if kind == "add_heads":
+        return add_heads(model, arch, growth["layer"], growth["n"], generator=gen)
+    raise ValueError(f"unknown growth {kind!r}")
+
+
+def build_session(spec: dict[str, Any], trial_dir: Path, data: TextData, hp: LlmHparams,
+                  device: torch.device) -> tuple[Session, float | None]:
+    """The trial's starting point and the largest logit change its growths made (None for a seed)."""
+    arch = LlmArch.from_dict(spec["arch"])
+    if spec.get("parent") is None:
+        return new_session(arch, hp, seed=spec["seed"], device=device), None
+    parent_dir = trial_dir.parent / spec["parent"]
+    session = load_session(LlmArch.from_dict(spec["parent_arch"]), parent_dir, hp, device)
+    probe, gap = probe_batch(data.val, arch).to(device), 0.0
+    for i, growth in enumerate(spec["growths"]):
+        grown = apply_growth(session, growth, hp, spec["seed"] * 1000 + i)
+        gap = max(gap, function_gap(session.model, grown.model.to(device), probe))
+        if gap > GROWTH_TOLERANCE:
+            raise GrowthRefused(f"growth {i + 1} ({growth['kind']}) changed the logits on the probe batch by "
+                                f"{gap:.3g} (tolerance {GROWTH_TOLERANCE:g})")
+        session = grow(session, grown, hp)
+    if session.arch != arch:
+        raise ValueError("the growths do not give the trial's architecture")
+    return session, gap
+
+
+def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rendezvous: str) -> None:
+    if world > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, init_method=rendezvous, rank=rank, world_size=world)
+    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    log = EventWriter(trial_dir / "events.jsonl") if rank == 0 else None
+    try:
+        preset = llm_preset(spec["preset"])
+        hp = LlmHparams(**spec["hparams"])
+        data = preset_data(preset)
+        session, gap = build_session(spec, trial_dir, data, hp, device)
+        started = time.time()
+        result = train(session, data.train, hp, Budget(steps=spec["steps"]), seed=spec["seed"], device=device,
+                       val=data.val)
+        ended = time.time()
+        if log is not None:
+            sha = save_weights(session.model, trial_dir / WEIGHTS)
+            save_moments(session, trial_dir / OPTIMIZER)
+            log.append("train_end", trial=spec["trial"], attempt=spec["attempt"], steps=result.steps,
+                       tokens_trained=result.train_tokens, flops=result.flops, val_loss=result.val_loss,
+                       train_loss=result.train_loss, started_at=started, ended_at=ended, growth_gap=gap,
+                       growths=[g["kind"] for g in spec["growths"]], world=world)
+            log.append("trial_result", trial=spec["trial"], attempt=spec["attempt"], val_loss=result.val_loss,
+                       weights_sha256=sha)
+    except Exception as exc:
+        if log is not None:
+            log.append("trial_error", trial=spec["trial"], attempt=spec["attempt"],
+                       error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if log is not None:
+            log.close()
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, trial_dir: str, spec: dict[str, Any], rendezvous: str) -> None:
+    torch.set_num_threads(max(1, int(os.environ.get("AIPERF_THREADS_PER_RANK", "1"))))
+    run_rank(rank, world, Path(trial_dir), spec, rendezvous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m aiperf_runner.train.llm.trialmain TRIAL_DIR", file=sys.stderr)
+        return 2
+    trial_dir = Path(args[0])
+    spec = json.loads((trial_dir / "trial.json").read_text())
+    world = int(spec.get("world", 1))
+    try:
+        if world == 1:
+            torch.set_num_threads(max(1, int(os.environ.get("AIPERF_THREADS_PER_RANK", "1"))))
+            run_rank(0, 1, trial_dir, spec, "")
+        else:
+            fd, name = tempfile.mkstemp(prefix="rdzv-", dir=trial_dir)
+            os.close(fd)
+            os.unlink(name)  # the file rendezvous wants a path that does not exist yet
+            torch.multiprocessing.spawn(_spawned, args=(world, str(trial_dir), spec, f"file://{name}"),
+                                        nprocs=world, join=True)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
