@@ -94,11 +94,16 @@ def _cut_short(events):
     return [e for e in events if e["type"] != "run_finished"]
 
 
+def _malformed(events):
+    del _first(events, "train_end")["started_at"]
+    return events
+
+
 @pytest.mark.parametrize("edit, caught_by", [
     (_inflate_flops, "integrity.flops"), (_more_tokens, "integrity.flops"),
     (_other_arch, "integrity.architecture"), (_orphan, "integrity.architecture"),
     (_loss_not_trained, "integrity.lifecycle"), (_broken_growth, "validity.growth"),
-    (_cut_short, "integrity.lifecycle"),
+    (_cut_short, "integrity.lifecycle"), (_malformed, "integrity.lifecycle"),
 ])
 def test_a_forged_log_is_caught(llm_run, tmp_path, edit, caught_by):
     checks = _forged(llm_run, tmp_path, edit)

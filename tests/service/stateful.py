@@ -33,6 +33,7 @@ class Counts:
     links: Counter[str] = field(default_factory=Counter)  # explicit links followed, by name
     inferred: int = 0  # steps along links schemathesis inferred itself
     statuses: Counter[str] = field(default_factory=Counter)  # "POST /api/v1/systems/ 201"
+    link_statuses: Counter[str] = field(default_factory=Counter)  # "<link id> 201": the answers to link-made calls
 
     def summary(self, name: str) -> str:
         followed = sum(self.links.values())
@@ -55,11 +56,13 @@ def run_stateful(schema_url: str, headers: dict[str, str], *, scenarios: int, st
         def step(self, input):  # type: ignore[no-untyped-def]
             counts.steps += 1
             transition = input.transition
+            self.link = None
             if transition is not None and input.is_applied:
                 if transition.is_inferred:
                     counts.inferred += 1
                 else:
                     counts.links[transition.id] += 1
+                    self.link = transition.id
             return super().step(input)
 
         def get_call_kwargs(self, case):  # type: ignore[no-untyped-def]
@@ -67,6 +70,8 @@ def run_stateful(schema_url: str, headers: dict[str, str], *, scenarios: int, st
 
         def after_call(self, response, case):  # type: ignore[no-untyped-def]
             counts.statuses[f"{case.method} {case.operation.path} {response.status_code}"] += 1
+            if getattr(self, "link", None):
+                counts.link_statuses[f"{self.link} {response.status_code}"] += 1
 
         def validate_response(self, response, case, additional_checks=None, **kwargs):  # type: ignore[no-untyped-def]
             case.validate_response(response, checks=[not_a_server_error, response_schema_conformance, *checks],

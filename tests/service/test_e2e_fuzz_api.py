@@ -181,11 +181,12 @@ def own_objects_only(site: int):
     return check
 
 
-def stateful(stack: Stack, name: str, headers: dict[str, str], checks: list) -> Counts:
-    counts = run_stateful(f"{stack.url}/api/schema/", headers, scenarios=SCENARIOS, steps=STEPS, checks=checks)
+def stateful(stack: Stack, name: str, headers: dict[str, str], checks: list, scenarios: int = SCENARIOS) -> Counts:
+    counts = run_stateful(f"{stack.url}/api/schema/", headers, scenarios=scenarios, steps=STEPS, checks=checks)
     ARTIFACTS.mkdir(exist_ok=True)
     lines = [counts.summary(name), *(f"  {k}: {n}" for k, n in sorted(counts.statuses.items())),
-             *(f"  link {k}: {n}" for k, n in sorted(counts.links.items()))]
+             *(f"  link {k}: {n}" for k, n in sorted(counts.links.items())),
+             *(f"  link answer {k}: {n}" for k, n in sorted(counts.link_statuses.items()))]
     (ARTIFACTS / f"schemathesis-stateful-{name}.txt").write_text("\n".join(lines) + "\n")
     print(lines[0], file=sys.stderr)
     return counts
@@ -215,5 +216,14 @@ def test_stateful_with_a_token_touches_no_other_site(stack, site_a):
                  if name.startswith(("POST /api/v1/systems/ -> [201]", "GET /api/v1/systems/{id}/ -> [200]"))
                  and "RequestRunToken" in name)
     assert tokens, counts.links
-    assert counts.statuses["POST /api/v1/runs/ 201"] > 0, counts.statuses
+    # A run token asked along the link from a system just made finds it: a token (201), or a refusal of the body
+    # the fuzzer drew (400, naming the field), never "no such system" (a system read from the list may be another
+    # site's: 404 there is right). Which a walk meets depends on the bodies drawn and on what the shared service
+    # already holds, so when no token came the walk goes on, once, for twice the scenarios.
+    made = {k: n for k, n in counts.link_statuses.items() if k.startswith("POST /api/v1/systems/ -> [201] RequestRun")}
+    assert not [k for k in made if not k.endswith((" 201", " 400"))], counts.link_statuses
+    if not counts.statuses["POST /api/v1/runs/ 201"]:
+        again = stateful(stack, "site-token-again", {"Authorization": f"Token {token_b}"}, [own_objects_only(site_b)],
+                         scenarios=2 * SCENARIOS)
+        assert again.statuses["POST /api/v1/runs/ 201"] > 0, (counts.link_statuses, again.link_statuses)
     assert snapshot(stack, site_a["site"]) == before

@@ -122,10 +122,14 @@ class _Story:
         if last.get("type") != "run_finished":
             self.problems["lifecycle"].append("the log does not end with run_finished (the run is incomplete)")
         self.duration_s = float(last.get("t", 0) - first.get("t", 0)) if events else 0.0
-        for ev in events:
+        for number, ev in enumerate(events, 1):
             handler = getattr(self, "_on_" + str(ev.get("type")), None)
-            if handler is not None:
+            if handler is None:
+                continue
+            try:
                 handler(ev)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a line without its fields
+                self._bad("lifecycle", f"line {number} ({ev.get('type')}): malformed ({type(exc).__name__}: {exc})")
 
     def _bad(self, kind: str, message: str) -> None:
         if len(self.problems[kind]) < 20:
