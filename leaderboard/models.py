@@ -272,6 +272,14 @@ class Submission(models.Model):
         return wanted_states(self.proof)
 
 
+LLM_RULES = "llm-v1"  # AIPerf-LLM's FLOP rules (spec/llmflops.py): its results are ranked apart by them
+
+
+def default_rules(workload: str | None) -> str:
+    """The FLOP rules of a workload's default list: v2 for images (v1-compat is asked for), llm-v1 for AIPerf-LLM."""
+    return LLM_RULES if workload == "llm" else "v2"
+
+
 def failed_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The checks of a verification report that did not pass, in its order."""
     return [c for c in (report or {}).get("checks", []) if not c.get("passed")]
@@ -329,7 +337,15 @@ class Result(models.Model):
         APPROVED = "approved", "Approved by a list maintainer"
         REJECTED = "rejected", "Rejected by a list maintainer"
 
+    class Workload(models.TextChoices):
+        IMAGE = "image", "AIPerf (AutoML on images)"
+        LLM = "llm", "AIPerf-LLM (AutoML on language models)"
+
     submission = models.OneToOneField(Submission, on_delete=models.CASCADE, related_name="result")
+    workload = models.CharField(max_length=8, choices=Workload.choices, default=Workload.IMAGE, db_index=True,
+                                help_text="which benchmark: each has its own list (its FLOP rules rank it apart)")
+    best_loss = models.FloatField(null=True, blank=True,
+                                  help_text="AIPerf-LLM: the best validation loss, nats per byte (accuracy is e^-loss)")
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="results")
     system = models.ForeignKey(System, on_delete=models.PROTECT, related_name="results")
     run_id = models.CharField(max_length=64, unique=True)
@@ -475,8 +491,9 @@ class Trial(models.Model):
     ended_s = models.FloatField(null=True, blank=True, help_text="seconds from run start")
     epochs = models.PositiveIntegerField(default=0)
     best_accuracy = models.FloatField(null=True, blank=True)
+    best_loss = models.FloatField(null=True, blank=True, help_text="AIPerf-LLM: the trial's validation loss")
     status = models.CharField(max_length=16, blank=True, help_text="finished, failed, cancelled, running")
-    train_flops_per_image = models.FloatField(null=True, blank=True)
+    train_flops_per_image = models.FloatField(null=True, blank=True, help_text="per token for AIPerf-LLM")
     eval_flops_per_image = models.FloatField(null=True, blank=True)
 
     class Meta:

@@ -36,6 +36,7 @@ import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks
 from aiperf_runner.spec import proof as spec_proof
 from aiperf_runner.spec import rules as spec_rules
+from aiperf_runner.spec.llmrules import is_llm
 from aiperf_runner.spec.replay import Replay
 from aiperf_runner.spec.runio import RunDir, RunIOError
 from aiperf_runner.spec.verify import verify_run
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 # Bump PIPELINE_VERSION when this module changes what it stores; the runner and spec versions
 # cover changes to the checks and the score. `aiperf_reverify` re-verifies results whose
 # verifier_version differs from VERIFIER_VERSION.
-PIPELINE_VERSION = "3"  # 3: validity.admitted, the rules version declared by the run or kept per submission
+PIPELINE_VERSION = "4"  # 4: the workload and best loss (AIPerf-LLM); 3: validity.admitted, the rules version kept
 # The spec's rules version counts too: a new one re-verifies every stored result (docs/service.md, "Upgrading").
 VERIFIER_VERSION = (f"runner-{aiperf_runner.__version__}+spec-{SPEC_VERSION}+rules-{spec_rules.RULES_VERSION}"
                     f"+pipeline-{PIPELINE_VERSION}")
@@ -192,14 +193,16 @@ def _verify(sub: Submission) -> dict[str, Any]:
             _step("recompute", sub.pk)
             system = registered_system(sub, run_json)
             records, _attempt = witness.records(sub.run_id, sub.site, sub.pk)
+            llm = is_llm(run_json)  # AIPerf-LLM: its own rules (spec/llmverify.py), no image rules version
             # One read of the log: the report, and the replay the stored trials come from.
-            version = rules_version(sub, run_json)
+            version = None if llm else rules_version(sub, run_json)
             verified = verify_run(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
                                   rules_version=version,
                                   system=systems.registration(system) if system else None,
                                   witness_keys=witness.public_keys(), records=records)
             report = verified.report
-            admit(report)
+            if not llm:
+                admit(report)
 
             _step("rules", sub.pk)
             reasons: list[Reason] = duplicate_of(sub, report["epoch_fingerprints"])
@@ -210,8 +213,11 @@ def _verify(sub: Submission) -> dict[str, Any]:
                 raise Rejected("integrity", "the verification report failed integrity")
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
-            trials = _trials(verified.replay, verified.run_dir, report["rules"])
-            drawn = proof_of(report, verified.run_dir)
+            if verified.replay is None:
+                trials, drawn = _llm_trials(report), {}
+            else:
+                trials = _trials(verified.replay, verified.run_dir, report["rules"])
+                drawn = proof_of(report, verified.run_dir)
     except Rejected as exc:
         raise exc.within("integrity") from None  # a bundle check of the upload, made again here
     return {"report": report, "run": run_json, "trials": trials, "manifest": manifest, "system": system,
@@ -352,6 +358,14 @@ def _trials(replay: Replay, run_dir: RunDir, rules: str) -> list[dict[str, Any]]
     return out
 
 
+def _llm_trials(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """An AIPerf-LLM run's per-trial rows, as its report gives them (spec/llmverify.py); FLOPs per token."""
+    return [{"trial": t["trial"], "arch_hash": t["arch_hash"], "parent": t["parent"], "morphisms": t["morphisms"],
+             "slot": t["slot"], "status": STORED_STATUS.get(t["status"], t["status"]), "started_s": t["started_s"],
+             "ended_s": t["ended_s"], "best_loss": t["best_loss"], "train_flops_per_image": t["train_flops_per_token"]}
+            for t in report.get("trials", [])]
+
+
 # ---- storing -----------------------------------------------------------------------------------
 def _locked(sub: Submission, token: str) -> Submission:
     current = Submission.objects.select_for_update().get(pk=sub.pk)
@@ -424,6 +438,8 @@ def witnessed(report: dict[str, Any]) -> bool:
 def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """The figures a Result stores, from the service's verification report and the run's run.json."""
     return {
+        "workload": Result.Workload.LLM if report.get("workload") == "llm" else Result.Workload.IMAGE,
+        "best_loss": report.get("best_loss"),
         "division": report["division"],
         "preset": str(run.get("preset") or ""),
         "precision": str(run.get("precision") or ""),
@@ -442,7 +458,7 @@ def result_values(report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
         "verifier_version": VERIFIER_VERSION,
         "verification_level": Result.Level.FULL if report["valid"] and report["stable"] else Result.Level.PARTIAL,
         "witnessed": witnessed(report),
-        "report": {k: v for k, v in report.items() if k != "series"} | {"rules_used": report["rules"],
+        "report": {k: v for k, v in report.items() if k not in ("series", "trials")} | {"rules_used": report["rules"],
                                                                           "software": software(run),
                                                                           "tuning": tuning(run)},
         "started_at": _started_at(run),

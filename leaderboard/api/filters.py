@@ -7,6 +7,8 @@ from leaderboard.models import Division, Result, SiteKey, Submission, System
 
 
 class ResultFilter(df.FilterSet):
+    workload = df.ChoiceFilter(choices=Result.Workload.choices,
+                               help_text="image (AIPerf, the default list) or llm (AIPerf-LLM's own list)")
     division = df.ChoiceFilter(choices=Division.choices)
     accelerator = df.CharFilter(field_name="system__accelerator_model", lookup_expr="icontains",
                                 help_text="accelerator model, substring, case-insensitive (e.g. H100)")
@@ -23,7 +25,7 @@ class ResultFilter(df.FilterSet):
 
     class Meta:
         model = Result
-        fields = ["division", "accelerator", "vendor", "country", "site", "system", "preset", "precision", "level",
+        fields = ["workload", "division", "accelerator", "vendor", "country", "site", "system", "preset", "precision", "level",
                   "rules_version", "spec_version"]
 
     def noop(self, queryset, name, value):

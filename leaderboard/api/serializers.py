@@ -291,17 +291,18 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Result
-        fields = ["rank", "rank_all", "id", "url", "division", "rules", "review", "site", "system", "score_ops",
-                  "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision",
-                  "preset", "verification_level", "rules_version", "verifier_version", "verified_at", "trust"]
+        fields = ["rank", "rank_all", "id", "url", "workload", "division", "rules", "review", "site", "system",
+                  "score_ops", "regulated_score_ops", "max_accuracy", "best_loss", "efficiency", "peak_flops",
+                  "duration_s", "precision", "preset", "verification_level", "rules_version", "verifier_version",
+                  "verified_at", "trust"]
 
     @extend_schema_field(TrustSerializer)
     def get_trust(self, result: Result) -> dict[str, Any]:
         return result.trust()
 
     # The columns a row reads (the leaderboard's `only()`), its trust line's included.
-    COLUMNS = ("rank", "rank_all", "division", "rules", "review", "score_ops", "regulated_score_ops", "max_accuracy",
-               "efficiency", "peak_flops", "duration_s", "precision", "preset", "verification_level", "rules_version",
+    COLUMNS = ("rank", "rank_all", "workload", "division", "rules", "review", "score_ops", "regulated_score_ops",
+               "max_accuracy", "best_loss", "efficiency", "peak_flops", "duration_s", "precision", "preset", "verification_level", "rules_version",
                "verifier_version", "verified_at", "witnessed", "audit", "site__name", "site__country",
                *(f"system__{c}" for c in ("name", "vendor", "accelerator_model", "accelerator_count", "nodes",
                                            "interconnect", "registered", "status")))
@@ -315,13 +316,15 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
         site, system = result.site, result.system
         return {
             "rank": self.get_rank(result), "rank_all": _int(result.rank_all), "id": result.pk,
-            "url": self.get_url(result), "division": result.division, "rules": result.rules, "review": result.review,
+            "url": self.get_url(result), "workload": result.workload, "division": result.division,
+            "rules": result.rules, "review": result.review,
             "site": {"id": site.pk, "name": site.name, "country": site.country},
             "system": {"id": system.pk, "name": system.name, "vendor": system.vendor,
                        "accelerator_model": system.accelerator_model, "accelerator_count": system.accelerator_count,
                        "nodes": system.nodes, "interconnect": system.interconnect},
             "score_ops": _float(result.score_ops), "regulated_score_ops": _float(result.regulated_score_ops),
-            "max_accuracy": _float(result.max_accuracy), "efficiency": _float(result.efficiency),
+            "max_accuracy": _float(result.max_accuracy), "best_loss": _float(result.best_loss),
+            "efficiency": _float(result.efficiency),
             "peak_flops": _float(result.peak_flops), "duration_s": _float(result.duration_s),
             "precision": result.precision, "preset": result.preset, "verification_level": result.verification_level,
             "rules_version": result.rules_version, "verifier_version": result.verifier_version,
@@ -388,7 +391,7 @@ class TrialSerializer(serializers.ModelSerializer):
     class Meta:
         model = Trial
         fields = ["trial", "arch_hash", "parent", "morphisms", "slot", "round", "started_s", "ended_s", "epochs",
-                  "best_accuracy", "status", "train_flops_per_image", "eval_flops_per_image"]
+                  "best_accuracy", "best_loss", "status", "train_flops_per_image", "eval_flops_per_image"]
 
 
 class EditionSerializer(serializers.ModelSerializer):

@@ -36,6 +36,7 @@ from leaderboard.api import serializers as s
 from leaderboard.api.pagination import is_export
 from leaderboard.errors import Rejected
 from leaderboard.models import (
+    LLM_RULES,
     Edition,
     EditionEntry,
     Evidence,
@@ -47,6 +48,7 @@ from leaderboard.models import (
     Submission,
     System,
     WitnessKey,
+    default_rules,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,9 @@ CheckError = inline_serializer("CheckError", {"detail": serializers.CharField(),
                                               "check": serializers.CharField(help_text="the check that failed")})
 
 EDITION = OpenApiParameter("edition", str, description='a frozen edition (e.g. "2026-11") instead of the live list')
-RULES = OpenApiParameter("rules", str, enum=list(FLOP_RULES),
-                         description="which list: v2 (default) or the v1-compat results, ranked apart")
+RULES = OpenApiParameter("rules", str, enum=[*FLOP_RULES, LLM_RULES],
+                         description="which list: v2 (default) or the v1-compat results, ranked apart; "
+                                     "llm-v1 is AIPerf-LLM's (the default with workload=llm)")
 ALL = OpenApiParameter("all", bool, description="every result, not only each system's best (ranks: rank_all)")
 REVIEW = OpenApiParameter("review", str, enum=["pending", "rejected"],
                           description="results waiting for a list maintainer's review (or refused), off the list")
@@ -98,7 +101,7 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
         params = self.request.query_params
         # A list row never shows the verification or audit report (the bulk of a row): not read.
         qs = (Result.objects.select_related("site", "system").defer("report", "audit_report")
-              .filter(rules=params.get("rules") or "v2"))
+              .filter(rules=params.get("rules") or default_rules(params.get("workload"))))
         review = params.get("review")
         if review in (Result.Review.PENDING, Result.Review.REJECTED):
             return qs.filter(review=review).annotate(list_rank=F("rank"))

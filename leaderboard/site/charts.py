@@ -106,16 +106,33 @@ def score_over_time(points: Sequence[dict[str, float]], window_start_s: float | 
 
 
 def accuracy_over_time(points: Sequence[dict[str, float]], div_id: str = "chart-accuracy") -> SafeString:
+    return _best_over_time(points, "max_accuracy", "Best validation accuracy", "%{y:.2%}<extra>best accuracy</extra>",
+                           {"title": {"text": "best validation accuracy"}, "tickformat": ".0%", "range": [0, 1]}, div_id)
+
+
+def loss_over_time(points: Sequence[dict[str, float]], div_id: str = "chart-loss") -> SafeString:
+    """AIPerf-LLM: the best validation loss so far (nats per byte), the language models' counterpart of accuracy."""
+    return _best_over_time(points, "best_loss", "Best validation loss", "%{y:.4f} nats<extra>best loss</extra>",
+                           {"title": {"text": "best validation loss (nats per byte)"}}, div_id)
+
+
+def _best_over_time(points: Sequence[dict[str, float]], key: str, name: str, hover: str, yaxis: dict[str, Any],
+                    div_id: str) -> SafeString:
     duration = points[-1]["t"] if points else 0.0
     div, unit = time_unit(duration)
-    data = [{"type": "scatter", "mode": "lines", "name": "Best validation accuracy",
-             "x": [p["t"] / div for p in points], "y": [p["max_accuracy"] for p in points],
-             "line": {"color": GREEN, "width": 2.5, "shape": "hv"},
-             "hovertemplate": "%{y:.2%}<extra>best accuracy</extra>"}]
-    layout = _layout(xaxis={"title": {"text": f"time since the run started ({unit})"}},
-                     yaxis={"title": {"text": "best validation accuracy"}, "tickformat": ".0%", "range": [0, 1]},
+    data = [{"type": "scatter", "mode": "lines", "name": name, "x": [p["t"] / div for p in points],
+             "y": [p[key] for p in points], "line": {"color": GREEN, "width": 2.5, "shape": "hv"},
+             "hovertemplate": hover}]
+    layout = _layout(xaxis={"title": {"text": f"time since the run started ({unit})"}}, yaxis=yaxis,
                      hovermode="x unified", showlegend=False)
     return render(data, layout, div_id, height=300)
+
+
+def _quality(t: Any) -> str:
+    """A trial's result as the hover text says it: its loss (AIPerf-LLM) or its best accuracy."""
+    if getattr(t, "best_loss", None) is not None:
+        return f"loss {t.best_loss:.4f} nats"
+    return "best accuracy " + ("–" if t.best_accuracy is None else f"{t.best_accuracy:.2%}")
 
 
 def trial_timeline(trials: Sequence[Any], duration_s: float, div_id: str = "chart-timeline") -> SafeString:
@@ -132,9 +149,8 @@ def trial_timeline(trials: Sequence[Any], duration_s: float, div_id: str = "char
         d["base"].append(t.started_s / div)
         d["x"].append(max(end - t.started_s, 0.0) / div)
         d["y"].append(f"slot {t.slot}")
-        acc = "–" if t.best_accuracy is None else f"{t.best_accuracy:.2%}"
         d["text"].append(f"{t.trial} · round {t.round if t.round is not None else '–'} · {t.epochs} epochs · "
-                         f"best accuracy {acc}")
+                         f"{_quality(t)}")
     data = []
     for status in sorted(by_status, key=lambda s: list(STATUS_COLOURS).index(s) if s in STATUS_COLOURS else 99):
         d = by_status[status]
@@ -152,24 +168,33 @@ def trial_timeline(trials: Sequence[Any], duration_s: float, div_id: str = "char
 
 
 def architecture_flops(trials: Sequence[Any], div_id: str = "chart-architectures") -> SafeString:
-    """Training FLOPs per image of every trained architecture, in proposal order, coloured by accuracy."""
+    """Training FLOPs per image of every trained architecture, in proposal order, coloured by accuracy
+    (AIPerf-LLM: per token, coloured by loss, the lower the brighter)."""
     rows = [t for t in trials if t.train_flops_per_image]
+    if any(getattr(t, "best_loss", None) is not None for t in rows):
+        losses = [t.best_loss for t in rows if t.best_loss is not None]
+        quality = [t.best_loss for t in rows]
+        marker = {"color": [q if q is not None else max(losses) for q in quality], "reversescale": True,
+                  "colorbar": {"title": {"text": "loss"}, "thickness": 12}}
+        unit, hover = "token", "loss %{customdata:.4f} nats"
+    else:
+        quality = [t.best_accuracy for t in rows]
+        marker = {"color": [q or 0 for q in quality], "cmin": min((q or 0 for q in quality), default=0),
+                  "cmax": max((q or 0 for q in quality), default=1),
+                  "colorbar": {"title": {"text": "best acc."}, "tickformat": ".0%", "thickness": 12}}
+        unit, hover = "image", "best accuracy %{customdata:.2%}"
     data = [{
         "type": "scatter", "mode": "markers", "name": "training (forward + backward)",
         "x": [t.trial for t in rows], "y": [t.train_flops_per_image for t in rows],
         "text": [f"{t.trial}{' ← ' + t.parent if t.parent else ''} {'+'.join(t.morphisms or []) or 'seed'}"
                  for t in rows],
-        "customdata": [t.best_accuracy if t.best_accuracy is not None else None for t in rows],
-        "marker": {"size": 10, "color": [t.best_accuracy or 0 for t in rows], "colorscale": "Viridis",
-                   "cmin": min((t.best_accuracy or 0 for t in rows), default=0),
-                   "cmax": max((t.best_accuracy or 0 for t in rows), default=1),
-                   "colorbar": {"title": {"text": "best acc."}, "tickformat": ".0%", "thickness": 12},
-                   "line": {"color": "#333333", "width": 0.5}},
-        "hovertemplate": "%{text}<br>%{y:.4s}FLOP/image<br>best accuracy %{customdata:.2%}<extra></extra>",
+        "customdata": quality,
+        "marker": {"size": 10, "colorscale": "Viridis", "line": {"color": "#333333", "width": 0.5}, **marker},
+        "hovertemplate": f"%{{text}}<br>%{{y:.4s}}FLOP/{unit}<br>{hover}<extra></extra>",
     }]
     layout = _layout(xaxis={"title": {"text": "trial (proposal order)"}, "type": "category",
                             "showticklabels": len(rows) <= 40},
-                     yaxis={"title": {"text": "training FLOP per image"}, "tickformat": "~s"},
+                     yaxis={"title": {"text": f"training FLOP per {unit}"}, "tickformat": "~s"},
                      showlegend=False)
     return render(data, layout, div_id, height=340)
 

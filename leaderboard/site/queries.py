@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
 from leaderboard import listcache
-from leaderboard.models import Division, Edition, EditionEntry, Result, public_edition_q
+from leaderboard.models import Division, Edition, EditionEntry, Result, default_rules, public_edition_q
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -49,7 +49,8 @@ PER_PAGE_CHOICES = (25, 50, 100, 250, 500)
 DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE_HTML = 500  # "all" is for downloads; the HTML table pages
 
-FILTERS = ("division", "accelerator", "vendor", "country", "edition", "rules", "version", "all", "review")
+FILTERS = ("workload", "division", "accelerator", "vendor", "country", "edition", "rules", "version", "all", "review")
+WORKLOADS = ("llm",)  # the lists besides the default (AIPerf, images): `?workload=llm` is AIPerf-LLM's
 RULES_LISTS = FLOP_RULES  # the FLOP rules: each its own list
 REVIEWS = ("pending", "rejected")
 
@@ -64,6 +65,7 @@ SORTS: dict[str, tuple[str, list[str], bool]] = {
     "score": ("Score", ["lscore"], True),
     "regulated": ("Regulated score", ["lregulated"], True),
     "accuracy": ("Best accuracy", ["max_accuracy"], True),
+    "loss": ("Best loss", ["best_loss"], False),  # AIPerf-LLM's list shows it in the accuracy's place
     "efficiency": ("Efficiency", ["efficiency"], True),
     "precision": ("Precision", ["precision"], False),
     "trust": ("Trust", ["witnessed", "system__registered", "audit"], True),
@@ -112,6 +114,7 @@ def calendar() -> QuerySet[Edition]:
 class ListParams:
     """What the URL of a list view says: filters, sort, page. Unknown values are dropped."""
 
+    workload: str = ""  # "" = AIPerf (images); "llm": AIPerf-LLM's list
     division: str = ""
     accelerator: str = ""
     vendor: str = ""
@@ -128,6 +131,8 @@ class ListParams:
     @classmethod
     def from_query(cls, q: QueryDict, *, edition: str = "", allow_all: bool = False) -> ListParams:
         p = cls()
+        workload = q.get("workload", "")
+        p.workload = workload if workload in WORKLOADS else ""
         division = q.get("division", "")
         p.division = division if division in Division.values else ""
         p.accelerator = q.get("accelerator", "").strip()[:200]
@@ -206,7 +211,8 @@ class ListView:
 
 
 # The columns a list row shows or exports (fewer columns, faster rows).
-LIST_FIELDS = ("division", "rank", "rank_all", "rules", "review", "audit", "witnessed", "max_accuracy", "efficiency",
+LIST_FIELDS = ("division", "rank", "rank_all", "rules", "review", "audit", "witnessed", "max_accuracy", "best_loss",
+               "workload", "efficiency",
                "peak_flops", "verification_level", "precision", "preset", "duration_s", "rules_version", "verified_at",
                "published_at", "site", "system", "score_ops", "regulated_score_ops", "site__name", "site__country",
                "system__name", "system__vendor", "system__accelerator_model", "system__accelerator_count",
@@ -221,7 +227,8 @@ def _base(edition: Edition | None, p: ListParams | None = None) -> QuerySet[List
     """
     p = p or ListParams()
     field = "rank_all" if p.all else "rank"
-    qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS).filter(rules=p.rules or "v2")
+    qs = Result.objects.select_related("site", "system").only(*LIST_FIELDS).filter(
+        rules=p.rules or default_rules(p.workload))
     if p.review:
         return qs.filter(review=p.review).annotate(
             ldivision=F("division"), lrank=F("rank"), lscore=F("score_ops"), lregulated=F("regulated_score_ops"),
@@ -312,7 +319,7 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
     rows = [Row(r, r.lrank, r.lscore, r.lregulated) for r in results]
     menus: dict[str, list[str]] = {}
     if with_options:  # the same for every filter, sort and page of this list: once per list generation
-        which = f"options:{edition.pk if edition else ''}:{p.rules}:{p.all}:{p.review}"
+        which = f"options:{edition.pk if edition else ''}:{p.workload}:{p.rules}:{p.all}:{p.review}"
         menus = listcache.cached_value(which, lambda: options(base))
     return ListView(p, edition, rows, page, total, menus)
 

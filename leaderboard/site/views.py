@@ -11,11 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, proof, scoring, spread
 from aiperf_runner.spec import rules as spec_rules
+from aiperf_runner.spec.llmrules import LLM_PRESETS
 from django.conf import settings
 from django.db.models import Count, Max, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -26,7 +28,17 @@ from django.utils.safestring import SafeString, mark_safe
 
 from leaderboard import listcache, ranking, standing
 from leaderboard.attempts import attempt_counts
-from leaderboard.models import Division, Edition, EditionEntry, Result, ResultSeries, Site, System, public_edition_q
+from leaderboard.models import (
+    LLM_RULES,
+    Division,
+    Edition,
+    EditionEntry,
+    Result,
+    ResultSeries,
+    Site,
+    System,
+    public_edition_q,
+)
 from leaderboard.pipeline import VERIFIER_VERSION
 from leaderboard.site import changes, charts, queries
 from leaderboard.site import format as fmt
@@ -68,8 +80,9 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
     headers = []
     current, desc = params.sort.lstrip("-"), params.sort.startswith("-")
     both = not queries.shown_division(params)  # the review list: a Division column; one division: the tab says
+    llm = params.workload == "llm"
     for key, (label, _fields, first_desc) in SORTS.items():
-        if key == "division" and not both:
+        if (key == "division" and not both) or key == ("accuracy" if llm else "loss"):
             continue
         if key == current:
             nxt = key if desc else f"-{key}"
@@ -81,7 +94,7 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
             aria = None
         headers.append({"key": key, "label": label, "href": q(sort=nxt if nxt != "rank" else None, page=None),
                         "aria_sort": aria, "numeric": key in ("rank", "nodes", "score", "regulated", "accuracy",
-                                                              "efficiency")})
+                                                              "loss", "efficiency")})
     page = view.page
     pages = None
     if page is not None and page.paginator.num_pages > 1:
@@ -99,7 +112,11 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
     if previous is not None:  # an edition after the first: each system's rank in the one before, or "new"
         headers.insert(1, {"key": "previous", "label": "Previous", "href": "", "aria_sort": None, "numeric": True})
     context = {
-        "view": view, "params": params, "rows_html": _rows_html(view.rows, admitted, previous, both),
+        "view": view, "params": params, "rows_html": _rows_html(view.rows, admitted, previous, both, llm),
+        "llm": llm,
+        "workload_tabs": [{"label": label, "current": params.workload == value,
+                           "href": q(workload=value or None, rules=None, version=None, page=None, sort=None)}
+                          for value, label in (("", "AIPerf"), ("llm", "AIPerf-LLM"))],
         "headers": headers,
         "pages": pages,
         "edition": edition, "editions": list(queries.frozen_editions().values_list("name", flat=True)),
@@ -129,9 +146,11 @@ class _Urls:
 
 
 def _rows_html(rows: list[queries.Row], admitted: set[str],
-               previous: dict[tuple[int, str], int] | None = None, with_division: bool = True) -> SafeString:
+               previous: dict[tuple[int, str], int] | None = None, with_division: bool = True,
+               llm: bool = False) -> SafeString:
     """The <tr> of the list, built here rather than in the template: 100 rows x 13 cells render ~5x faster.
-    A result verified under rules the list's official ranking does not admit says which."""
+    A result verified under rules the list's official ranking does not admit says which. AIPerf-LLM's list
+    shows the best validation loss where the image list shows the best accuracy."""
     urls = _Urls()
     out = []
     for row in rows:
@@ -151,7 +170,8 @@ def _rows_html(rows: list[queries.Row], admitted: set[str],
             f'<td class="num col-score"><a href="{urls.result.format(r.pk)}" data-score="{row.score!r}">'
             f'{fmt.ops(row.score)}</a></td>'
             f'<td class="num col-regulated">{fmt.ops(row.regulated)}</td>'
-            f'<td class="num col-accuracy">{fmt.percent(r.max_accuracy, 2)}</td>'
+            + (f'<td class="num col-loss">{_loss(r.best_loss)}</td>' if llm else
+               f'<td class="num col-accuracy">{fmt.percent(r.max_accuracy, 2)}</td>') +
             f'<td class="num col-efficiency">{fmt.percent(r.efficiency) if r.efficiency is not None else "–"}</td>'
             f'<td class="col-precision">{escape(r.precision or "–")}</td>'
             f'<td class="col-trust">{_trust_marks(r)}{_older_rules(r.rules_version, admitted)}</td>'
@@ -161,6 +181,10 @@ def _rows_html(rows: list[queries.Row], admitted: set[str],
             f'{escape(_level_label(r.verification_level))}</span></td>'
             f'<td class="col-date">{fmt.date(date)}</td></tr>')
     return mark_safe("\n".join(out))
+
+
+def _loss(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f} nats"
 
 
 def _trust_marks(r: Result) -> str:
@@ -226,9 +250,9 @@ def _older_rules(version: str, admitted: set[str]) -> str:
             f'list\'s official ranking">rules {escape(version)}</span>')
 
 
-EXPORT_FIELDS = ["rank", "division", "result_id", "url", "system", "system_id", "site", "site_id", "country",
-                 "vendor", "accelerator_model", "accelerator_count", "nodes", "score_ops", "regulated_score_ops",
-                 "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
+EXPORT_FIELDS = ["rank", "workload", "division", "result_id", "url", "system", "system_id", "site", "site_id",
+                 "country", "vendor", "accelerator_model", "accelerator_count", "nodes", "score_ops",
+                 "regulated_score_ops", "max_accuracy", "best_loss", "efficiency", "peak_flops", "verification_level", "precision", "preset",
                  "duration_s", "rules_version", "registered", "witnessed", "audit", "review", "date"]
 
 
@@ -238,12 +262,13 @@ def _export_rows(request: HttpRequest, view: queries.ListView) -> list[dict[str,
         r, s = row.result, row.result.system
         date = getattr(r, "ldate", None) or r.verified_at
         out.append({
-            "rank": row.rank, "division": row.division, "result_id": r.pk,
+            "rank": row.rank, "workload": r.workload, "division": row.division, "result_id": r.pk,
             "url": request.build_absolute_uri(reverse("result", args=[r.pk])),
             "system": fmt.system_label(s), "system_id": s.pk, "site": r.site.name, "site_id": r.site_id,
             "country": r.site.country, "vendor": s.vendor, "accelerator_model": s.accelerator_model,
             "accelerator_count": s.accelerator_count, "nodes": s.nodes, "score_ops": row.score,
-            "regulated_score_ops": row.regulated, "max_accuracy": r.max_accuracy, "efficiency": r.efficiency,
+            "regulated_score_ops": row.regulated, "max_accuracy": r.max_accuracy, "best_loss": r.best_loss,
+            "efficiency": r.efficiency,
             "peak_flops": r.peak_flops, "verification_level": r.verification_level, "precision": r.precision,
             "preset": r.preset, "duration_s": r.duration_s, "rules_version": r.rules_version,
             **{k: v for k, v in r.trust().items()}, "date": date.isoformat() if date else None,
@@ -318,9 +343,13 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         label += f" · CV {stability['measured']:.3f} (bound {fmt.number(stability.get('threshold'))})"
 
     charts_html = {}
+    llm = r.workload == Result.Workload.LLM
     if points:
         charts_html["score"] = charts.score_over_time(points, window_start, label)
-        charts_html["accuracy"] = charts.accuracy_over_time(points)
+        if llm:
+            charts_html["loss"] = charts.loss_over_time(points)
+        else:
+            charts_html["accuracy"] = charts.accuracy_over_time(points)
     if any(t.slot is not None and t.started_s is not None for t in trials):
         charts_html["timeline"] = charts.trial_timeline(trials, r.duration_s or (points[-1]["t"] if points else 0))
     if any(t.train_flops_per_image for t in trials):
@@ -346,14 +375,14 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "edition_ranks": edition_ranks, "standing": standing.standing(r), "trust": standing.trust_line(r),
         "charts": charts_html, "report_groups": report_groups, "checks_total": len(checks),
         "checks_failed": sum(not c.get("passed") for c in checks), "trials": trials,
-        "trials_html": _trials_html(trials),
+        "trials_html": _trials_html(trials, llm), "llm": llm,
         "failed_names": [c.get("name") for c in checks if not c.get("passed")],
         "demo": bool(report.get("demo")),
         "bundle": bool(r.submission.bundle.name), "points": len(points),
         "facts": [
             ("Score", fmt.ops(r.score_ops)), ("Regulated score", fmt.ops(r.regulated_score_ops)),
-            ("Run-to-run spread of the preset", _spread_text(r)),
-            ("Best accuracy", fmt.percent(r.max_accuracy, 2)),
+            *(_llm_facts(r, report) if llm else [("Run-to-run spread of the preset", _spread_text(r)),
+                                                  ("Best accuracy", fmt.percent(r.max_accuracy, 2))]),
             ("Efficiency against peak", fmt.percent(r.efficiency) if r.efficiency is not None else "–"),
             ("Peak at the run's precision", fmt.flops(r.peak_flops)),
             ("Division", r.get_division_display()), ("Verification level", _level_label(r.verification_level)),
@@ -365,7 +394,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
                         + (f" ({r.reviewed_by}, {fmt.date(r.reviewed_at)})" if r.reviewed_at else ""))
              if r.review else "not needed"),
             ("Duration", fmt.duration(r.duration_s)), ("Precision", r.precision or "–"), ("Preset", r.preset or "–"),
-            ("Trials finished", f"{r.trials_finished:,}"), ("Epochs", f"{r.epochs:,}"),
+            ("Trials finished", f"{r.trials_finished:,}"), *([] if llm else [("Epochs", f"{r.epochs:,}")]),
         ],
         "versions": [
             ("Run id", r.run_id), ("Rules", f"{r.rules_version} (FLOP rules {report.get('rules_used') or report.get('rules') or '–'})"),
@@ -379,6 +408,16 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "nav": "list",
     }
     return render(request, "site/result.html", context)
+
+
+def _llm_facts(r: Result, report: dict[str, Any]) -> list[tuple[str, str]]:
+    """What an AIPerf-LLM result says in the place of the image workload's accuracy and spread."""
+    loss = "–" if r.best_loss is None else f"{r.best_loss:.4f} nats per byte (accuracy equivalent e^−L = " \
+                                          f"{math.exp(-r.best_loss):.2%})"
+    tokens = report.get("tokens_trained")
+    return [("Workload", r.get_workload_display()), ("Best validation loss", loss),
+            ("Tokens trained", f"{tokens:,}" if isinstance(tokens, int) else "–"),
+            ("Growths used", ", ".join(report.get("morphisms_used") or []) or "none")]
 
 
 def _spread_text(r: Result) -> str:
@@ -429,11 +468,14 @@ def result_bundle(request: HttpRequest, pk: int) -> FileResponse:
                         content_type="application/gzip")
 
 
-def _trials_html(trials: list[Any]) -> SafeString:
-    """The rows of the trials table (a run has up to thousands of trials)."""
+def _trials_html(trials: list[Any], llm: bool = False) -> SafeString:
+    """The rows of the trials table (a run has up to thousands of trials); AIPerf-LLM's: the loss."""
     out = []
     for t in trials:
-        acc = fmt.percent(t.best_accuracy, 2) if t.best_accuracy is not None else "–"
+        if llm:
+            acc = _loss(t.best_loss)
+        else:
+            acc = fmt.percent(t.best_accuracy, 2) if t.best_accuracy is not None else "–"
         flop = fmt.flop(t.train_flops_per_image) if t.train_flops_per_image else "–"
         start = f"{t.started_s:,.0f}" if t.started_s is not None else "–"
         end = f"{t.ended_s:,.0f}" if t.ended_s is not None else "–"
@@ -448,6 +490,7 @@ def _trials_html(trials: list[Any]) -> SafeString:
 
 
 SERIES_FIELDS = ["t", "work", "score", "regulated", "max_accuracy"]
+LLM_SERIES_FIELDS = ["t", "score", "regulated", "best_loss"]  # AIPerf-LLM's series: a point per finished trial
 
 
 def result_series(request: HttpRequest, pk: int, ext: str) -> HttpResponse:
@@ -463,12 +506,14 @@ def result_series(request: HttpRequest, pk: int, ext: str) -> HttpResponse:
         body = {"result": r.pk, "run_id": r.run_id, "rules_version": r.rules_version, "spec_version": r.spec_version,
                 "verifier_version": r.verifier_version, "units": {"t": "s since the run started", "work": "FLOP",
                                                                   "score": "OPS", "regulated": "OPS",
-                                                                  "max_accuracy": "fraction"},
+                                                                  "max_accuracy": "fraction",
+                                                                  "best_loss": "nats per byte (AIPerf-LLM)"},
                 "points": points}
         response = HttpResponse(json.dumps(body, indent=1), content_type="application/json")
     else:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=SERIES_FIELDS, extrasaction="ignore", lineterminator="\n")
+        fields = LLM_SERIES_FIELDS if r.workload == Result.Workload.LLM else SERIES_FIELDS
+        writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         writer.writerows(points)
         response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
@@ -641,6 +686,7 @@ def methodology(request: HttpRequest) -> HttpResponse:
         "window_pct": f"{th['stability_window']:.0%}", "min_acc_pct": f"{th['min_max_accuracy']:.0%}",
         "min_duration_h": th["min_duration_s"] / 3600, "require_approval": settings.AIPERF_REQUIRE_APPROVAL,
         "official_rules": ranking.official_rules(),
+        "llm_rules": LLM_RULES, "llm_presets": list(LLM_PRESETS.values()),
         "nav": "methodology",
     }
     return render(request, "site/methodology.html", context)

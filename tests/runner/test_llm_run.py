@@ -9,22 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, LlmRunError, summary
+from aiperf_runner.run.llmrun import LlmRun, LlmRunError, summary
 from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.verify import verify
 
 from devdata.runfactory import rewrite_events
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow  # one 24-second run, shared by the module
-
-
-@pytest.fixture(scope="module")
-def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("llm") / "run"
-    run = LlmRun.create(LlmRunConfig(slots=2, duration_s=24, devices_per_slot=1), run_dir, say=lambda _: None)
-    assert run.run() in ("duration", "exhausted")
-    return run_dir
+pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), shared by the session
 
 
 def _checks(report: dict[str, Any]) -> dict[str, bool]:

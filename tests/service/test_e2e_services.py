@@ -7,9 +7,11 @@ AIPERF_REQUIRE_SERVICES=1, as .ci/run sets.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from devdata.runfactory import make_run
@@ -150,7 +152,41 @@ def test_real_smoke_runs_from_two_sites(worker, tmp_path):
     assert all(a["rank"] <= b["rank"] for a, b in zip(board, board[1:], strict=False) if a["division"] == b["division"])
 
 
+def test_an_llm_run_is_verified_onto_its_own_list(worker, llm_run, tmp_path):
+    """A real AIPerf-LLM run (tests/conftest.py llm_run), submitted as a site would: the service verifies it with
+    the LLM rules, stores its loss and trials, and ranks it on AIPerf-LLM's list, apart from the image list."""
+    stack = worker
+    token, config = stack.new_site("Zeta Language Lab", "SE")
+    run = tmp_path / "llm"
+    shutil.copytree(llm_run, run)
+    image_list = [e["id"] for e in stack.get("/api/v1/leaderboard/?all=1&format=json")]
+
+    sub = stack.submit(run, token, config)
+    assert sub["status"] == "verified", sub
+    out = stack.runner("verify", sub["bundle"], "--pubkey", str(config / "site_key.pub"), "--json")
+    report = json.loads(out.stdout)
+    assert report["workload"] == "llm"
+    [entry] = [e for e in stack.get("/api/v1/leaderboard/?workload=llm&all=1&format=json")
+               if e["site"]["name"] == "Zeta Language Lab"]
+    assert entry["workload"] == "llm" and entry["rules"] == "llm-v1" and entry["rank_all"] == 1, entry
+    assert (entry["score_ops"], entry["regulated_score_ops"], entry["best_loss"]) == (
+        report["score_ops"], report["regulated_score_ops"], report["best_loss"])
+    assert entry["division"] == "open"  # unwitnessed: never official
+    # The image list is what it was; the LLM result is on its own list only.
+    assert [e["id"] for e in stack.get("/api/v1/leaderboard/?all=1&format=json")] == image_list
+    assert entry["id"] not in image_list
+    trials = stack.get(f"/api/v1/results/{entry['id']}/trials/?format=json")
+    assert len(trials) == len(report["trials"]) and all(t["best_loss"] is not None for t in trials
+                                                        if t["status"] == "finished"), trials
+
+    page = httpx.get(entry["url"], timeout=30).text
+    assert 'id="fig-loss"' in page and "Best validation loss" in page and "AIPerf-LLM" in page
+    llm_list = httpx.get(f"{stack.url}/?workload=llm&division=open&all=1", timeout=30).text
+    assert "Zeta Language Lab" in llm_list and "The AIPerf-LLM list" in llm_list
+    assert "Zeta Language Lab" not in httpx.get(f"{stack.url}/?division=open&all=1", timeout=30).text
+
+
 def test_every_result_rebuilds_from_its_bundle(stack):
     """`manage.py aiperf_rebuild --check` over what the tests above stored (the two sites, the worker killed
-    mid-verification, the real smoke runs): each rebuilt from its bundle with zero differences."""
-    assert rebuilt_without_differences(stack)["compared"] >= 5
+    mid-verification, the real smoke runs, the LLM run): each rebuilt from its bundle with zero differences."""
+    assert rebuilt_without_differences(stack)["compared"] >= 6

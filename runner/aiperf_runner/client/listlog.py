@@ -22,6 +22,7 @@ from typing import Any
 from aiperf_runner.spec import keys, translog
 from aiperf_runner.spec import witness as spec_witness
 from aiperf_runner.spec.errors import AiperfError
+from aiperf_runner.spec.llmflops import DEFAULT_LLM_RULES
 
 PAGE = 1000
 
@@ -172,11 +173,12 @@ def _change(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _published(http: Any) -> dict[int, dict[str, Any]]:
-    """Every live result the API lists (both FLOP rules), as {id: row with the system's id}. Read past the
-    service's page cache (a parameter of its own: a cached page may be minutes older than the database)."""
+    """Every live result the API lists (each FLOP rules' list: v2, v1-compat and AIPerf-LLM's llm-v1), as {id: row
+    with the system's id}. Read past the service's page cache (a parameter of its own: a cached page may be
+    minutes older than the database)."""
     out: dict[int, dict[str, Any]] = {}
     fresh = secrets.token_hex(8)
-    for rules in ("v2", "v1-compat"):
+    for rules in ("v2", "v1-compat", DEFAULT_LLM_RULES):
         page = 1
         while True:
             body = _get(http, "/api/v1/leaderboard/", all=1, rules=rules, page_size=PAGE, page=page, fresh=fresh)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import fingerprint, peaks
 from . import rules as R
 from .eventlog import LogError, read_events
 from .llmflops import LlmArch, LlmArchError, train_flops_per_token
@@ -37,7 +38,7 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
         "run_id": run.get("run_id"), "fingerprint": fingerprint, "division": "open", "series": [],
         "valid": False, "stable": False, "plausible": False, "spec_version": run.get("spec_version"),
         "rejected": True, "peak_flops": None, "efficiency": None, "system": None, "epoch_fingerprints": [],
-        "kept_weights": {}, "best_trial": None,
+        "kept_weights": {}, "best_trial": None, "trials": [], "precision": run.get("precision"),
     }
     checks = list(signature_checks)
     try:
@@ -70,7 +71,23 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
     ]
     report["score_ops"] = llm_score(story.flops, story.duration_s)
     report["regulated_score_ops"] = llm_regulated(report["score_ops"], report["best_loss"])
+    report.update(series=story.series(), trials=story.trial_rows(), epoch_fingerprints=story.fingerprints)
+    _peak(report, run)
     return _finish(report, checks)
+
+
+def _peak(report: dict[str, Any], run: Mapping[str, Any]) -> None:
+    """The system's peak at the run's precision (spec/peaks.py, as for images) and the score's share of it."""
+    system, precision = run.get("system"), run.get("precision")
+    if not isinstance(system, Mapping) or not isinstance(precision, str):
+        return
+    try:
+        peak, how = peaks.system_peak(system, precision)
+    except (KeyError, ValueError, TypeError):
+        return
+    report["peak_flops"] = peak
+    report["peak_source"] = how
+    report["efficiency"] = report["score_ops"] / peak if peak else None
 
 
 def _finish(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,7 +133,11 @@ class _Story:
         self.flops = self.tokens = 0
         self.morphisms: set[str] = set()
         self.growths_checked = 0
+        self.attempts: dict[str, dict[str, Any]] = {}  # each trial's last attempt: slot, times, how it ended
+        self.fingerprints: list[str] = []
+        self.finishes: list[tuple[float, float, int]] = []  # (t, loss, FLOPs counted) of each finished trial
         first, last = events[0] if events else {}, events[-1] if events else {}
+        self.t0 = float(first.get("t", 0)) if events else 0.0
         if first.get("type") != "run_started":
             self.problems["lifecycle"].append("the log does not begin with run_started")
         if last.get("type") != "run_finished":
@@ -170,6 +191,7 @@ class _Story:
         if parent is not None and parent not in self.finished:  # it starts from its parent's final weights
             self._bad("architecture", f"{ev['trial']}: started before its parent {parent} finished")
         self.started[(ev["trial"], ev["attempt"])] = ev["t"]
+        self.attempts[ev["trial"]] = {"slot": ev.get("slot"), "started": ev["t"], "ended": None, "status": "running"}
 
     def _on_train_end(self, ev: dict[str, Any]) -> None:
         key, trial = (ev["trial"], ev["attempt"]), ev["trial"]
@@ -203,10 +225,55 @@ class _Story:
         if ev.get("val_loss") != trained.get("val_loss") or not math.isfinite(float(ev["val_loss"])):
             return self._bad("lifecycle", f"{trial}: finished with a loss its training did not report")
         self.finished[trial], self.finished_at[trial] = float(ev["val_loss"]), ev["t"]
+        self.finishes.append((float(ev["t"]), float(ev["val_loss"]), trained["flops_counted"]))
+        if len(self.fingerprints) < fingerprint.MOST:  # a copied log repeats them (the service's duplicate check)
+            self.fingerprints.append(fingerprint.record_digest(trained, str(self.proposed[trial].get("arch_hash"))))
+        self._ended(trial, ev["t"], "finished")
         self.flops += trained["flops_counted"]
         self.tokens += trained["tokens_trained"]
         self.morphisms.update(trained.get("growths") or [])
         self.growths_checked += len(trained.get("growths") or [])
+
+    def _on_trial_failed(self, ev: dict[str, Any]) -> None:
+        self._ended(ev["trial"], ev["t"], "failed")
+
+    def _on_trial_cancelled(self, ev: dict[str, Any]) -> None:
+        self._ended(ev["trial"], ev["t"], "cancelled")
+
+    def _ended(self, trial: str, t: float, status: str) -> None:
+        if trial in self.attempts:
+            self.attempts[trial].update(ended=t, status=status)
+
+    def series(self) -> list[dict[str, float]]:
+        """The run's score, regulated score and best loss after each finished trial (for the result's charts)."""
+        points, flops, best = [], 0, math.inf
+        for t, loss, counted in sorted(self.finishes):
+            flops, best = flops + counted, min(best, loss)
+            elapsed = t - self.t0
+            score = llm_score(flops, elapsed) if elapsed > 0 else 0.0
+            points.append({"t": elapsed, "score": score, "regulated": llm_regulated(score, best), "best_loss": best})
+        if points and self.duration_s > points[-1]["t"]:
+            score = llm_score(flops, self.duration_s)
+            points.append({"t": self.duration_s, "score": score, "regulated": llm_regulated(score, best),
+                           "best_loss": best})
+        return points
+
+    def trial_rows(self) -> list[dict[str, Any]]:
+        """Each proposed trial as the result page shows it: its parent, growths, slot, times and loss."""
+        rows = []
+        for trial, ev in self.proposed.items():
+            attempt = self.attempts.get(trial, {})
+            arch = self.archs.get(trial)
+            rows.append({
+                "trial": trial, "arch_hash": str(ev.get("arch_hash") or ""), "parent": ev.get("parent") or "",
+                "morphisms": [g.get("kind") for g in ev.get("growths") or [] if isinstance(g, Mapping)],
+                "slot": attempt.get("slot"), "status": attempt.get("status", "proposed"),
+                "started_s": attempt["started"] - self.t0 if attempt.get("started") is not None else None,
+                "ended_s": attempt["ended"] - self.t0 if attempt.get("ended") is not None else None,
+                "best_loss": self.finished.get(trial),
+                "train_flops_per_token": float(train_flops_per_token(arch, RULES).train) if arch else None,
+            })
+        return rows
 
     def checks(self) -> list[dict[str, Any]]:
         p = self.problems

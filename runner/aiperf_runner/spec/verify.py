@@ -107,10 +107,11 @@ def _llm_report(root: Path, pubkey: Any, require_signature: bool) -> dict[str, A
 
 class Verified(NamedTuple):
     """A verification's report, with the fold of the main log it was made from and the run
-    directory (the service stores per-trial figures from them: the log is read once)."""
+    directory (the service stores per-trial figures from them: the log is read once). An AIPerf-LLM
+    run has no image replay (None): its report carries its per-trial rows (`trials`)."""
 
     report: dict[str, Any]
-    replay: Replay
+    replay: Replay | None
     run_dir: RunDir
 
 
@@ -122,6 +123,9 @@ def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *
     pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if not path.is_dir():
         raise NotADirectoryError(f"{path} is not a run directory")
+    llm = _llm_report(path, pubkey, require_signature)
+    if llm is not None:
+        return Verified(llm, None, RunDir(path))
     return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
                        records)
 
