@@ -32,8 +32,10 @@ from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.eventlog import EventWriter, read_events
 from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset
+from aiperf_runner.util import sysinfo
 
 POLL_S = 0.2
+SearchFactory = Callable[[LlmPreset, int], tuple[LlmArchitectureSearch, LlmHparamSearch]]
 
 
 class LlmRunError(AiperfError, RuntimeError):
@@ -84,7 +86,11 @@ class LlmRun:
     started_at: float = field(default_factory=time.time)
 
     @classmethod
-    def create(cls, config: LlmRunConfig, run_dir: str | Path, say: Callable[[str], None] = print) -> LlmRun:
+    def create(cls, config: LlmRunConfig, run_dir: str | Path, say: Callable[[str], None] = print,
+               search_factory: SearchFactory | None = None) -> LlmRun:
+        """A new run in `run_dir`. `search_factory(preset, seed)` -> (architecture search, hyper-parameter
+        search) replaces the searches as built (bench/search_quality.py's baselines, search/llmbaselines.py);
+        `resume` always rebuilds the searches as built."""
         preset = llm_preset(config.preset)
         _check_data(preset)
         run_dir = Path(run_dir)
@@ -93,16 +99,25 @@ class LlmRun:
         (run_dir / "trials").mkdir(parents=True, exist_ok=True)
         config.duration_s = config.duration_s or preset.default_duration_s
         config.devices_per_slot = config.devices_per_slot or _devices_per_slot(config.slots)
+        device_type = _device_type()
+        # The machine as for image runs (accelerators used, CPU, software) and its peak at the trainer's precision
+        # (bf16 autocast on CUDA, fp32 on a CPU: train/llm/trainer.py), for the list's efficiency column.
+        system = sysinfo.collect(config.slots, config.devices_per_slot, device_type)
+        peaks, peak_sources = sysinfo.declared_peaks(system)
         run_json = {
             "workload": WORKLOAD, "run_id": secrets.token_hex(16), "preset": preset.name, "rules": RULES,
             "slots": config.slots, "devices_per_slot": config.devices_per_slot, "duration_s": config.duration_s,
             "seed": config.seed, "max_retries": config.max_retries, "runner_version": __version__,
-            "spec_version": SPEC_VERSION, "dataset": preset.to_json(), "device_type": _device_type(),
-            "created_at": time.time(),
+            "spec_version": SPEC_VERSION, "dataset": preset.to_json(), "device_type": device_type,
+            "precision": "bf16" if device_type == "cuda" else "fp32", "system": system,
+            "declared_peak_flops": peaks, "declared_peak_source": peak_sources, "created_at": time.time(),
         }
         (run_dir / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True) + "\n")
-        search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
-        hparams = LlmHparamSearch(seed=config.seed, batch_tokens=preset.batch_tokens)
+        if search_factory is None:
+            search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
+            hparams = LlmHparamSearch(seed=config.seed, batch_tokens=preset.batch_tokens)
+        else:
+            search, hparams = search_factory(preset, config.seed)
         log = EventWriter(run_dir / "events.jsonl")
         self = cls(run_dir, config, preset, run_json, log, search, hparams, say)
         self.started_at = log.append("run_started", run_id=run_json["run_id"], workload=WORKLOAD, preset=preset.name, rules=RULES,
