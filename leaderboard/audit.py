@@ -11,6 +11,9 @@
   rules 3.1 on a generated preset's private split, AIPERF_AUDIT_PRIVATE_SEED, it matches the trial's
   last logged accuracy within the rules table's tolerance). All pass: the result
   may enter the official division; one fails: the submission is rejected, naming the trial.
+- an AIPerf-LLM result (workload llm) commits no segments: its audit is its challenged trials' weights,
+  re-evaluated for their validation loss (`audit.weights`, `audit.architecture`, `audit.loss`:
+  leaderboard/llmaudit.py, `python -m aiperf_runner.train.llm.reevaluate`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from leaderboard import bundles, pipeline, ranking, translog
+from leaderboard import bundles, llmaudit, pipeline, ranking, translog
 from leaderboard.errors import Reason, Rejected
 from leaderboard.models import Evidence, Result, StateEvidence, Submission
 
@@ -136,9 +139,15 @@ def _limits() -> None:
 def evaluate(trial_dir: Path, weights: Path, data: str | None, preset: str, private: bool = False) -> dict[str, Any]:
     """The subprocess's verdict on one trial's weights or committed state (its error as `error` when it could
     not run); `private`: a generated preset on the service's private split."""
-    verdict = _subprocess(["aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
-                           "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else [])
-                          + (["--private-seed", str(settings.AIPERF_AUDIT_PRIVATE_SEED)] if private else []))
+    return _reevaluated(["aiperf_runner.train.reevaluate", str(trial_dir), str(weights), "--preset", preset,
+                         "--device", settings.AIPERF_AUDIT_DEVICE] + (["--data", data] if data else [])
+                        + (["--private-seed", str(settings.AIPERF_AUDIT_PRIVATE_SEED)] if private else []))
+
+
+def _reevaluated(argv: list[str]) -> dict[str, Any]:
+    """A re-evaluation program's verdict; one that did not run (it crashed, ran out of time) fails the
+    architecture with its error."""
+    verdict = _subprocess(argv)
     if "architecture_ok" not in verdict:
         verdict = {"architecture_ok": False, "error": f"the re-evaluation: {verdict.get('error')}"}
     return verdict
@@ -149,19 +158,8 @@ def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dic
     """audit.weights, audit.architecture and audit.accuracy of one trial: the stored weights, what its log
     recorded (`kept_weights` of the report) and the re-evaluation's verdict (`evaluate`)."""
     th = spec_rules.thresholds(rules_version)
-    stored = hashlib.sha256(weights.read_bytes()).hexdigest()
-    checks = [spec_rules.check("audit.weights", logged.get("sha256"), stored, stored == logged.get("sha256"),
-                               f"trial {trial}: weights.safetensors has the SHA-256 its log recorded"
-                               if stored == logged.get("sha256") else
-                               f"trial {trial}: the stored weights' SHA-256 {stored} is not the logged one")]
-    weights_bad = (verdict.get("error") or "").startswith("weights:")
-    checks[0]["passed"] = checks[0]["passed"] and not weights_bad
-    if weights_bad:
-        checks[0]["message"] = f"trial {trial}: {verdict['error']}"
-    arch_ok = bool(verdict.get("architecture_ok"))
-    checks.append(spec_rules.check("audit.architecture", "strict", arch_ok, arch_ok,
-                                   f"trial {trial}: every tensor of the weights fits the module built from its graph"
-                                   if arch_ok else f"trial {trial}: {verdict.get('error') or 'not checked'}"))
+    checks = file_checks(trial, weights, logged, verdict, "graph")
+    arch_ok = checks[-1]["passed"]
     measured, claimed = verdict.get("accuracy"), logged.get("val_accuracy")
     if not arch_ok or measured is None or claimed is None:
         checks.append(spec_rules.check("audit.accuracy", None, measured, False,
@@ -173,6 +171,28 @@ def trial_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dic
     checks.append(spec_rules.check("audit.accuracy", tolerance, measured - claimed, ok,
                                    f"trial {trial}: re-evaluated accuracy {measured:.4f} on {verdict.get('images')} "
                                    f"images{_of_split(verdict)}, logged {claimed:.4f} (tolerance {tolerance:.4f})"))
+    return checks
+
+
+def file_checks(trial: str, weights: Path, logged: dict[str, Any], verdict: dict[str, Any],
+                built_from: str) -> list[dict[str, Any]]:
+    """audit.weights and audit.architecture of one trial, either workload's: the stored file's digest against
+    the logged one, the re-evaluation's verdict on the file and its fit (the module built from its
+    `built_from`: the image trial's graph, the LLM trial's architecture)."""
+    stored = hashlib.sha256(weights.read_bytes()).hexdigest()
+    checks = [spec_rules.check("audit.weights", logged.get("sha256"), stored, stored == logged.get("sha256"),
+                               f"trial {trial}: weights.safetensors has the SHA-256 its log recorded"
+                               if stored == logged.get("sha256") else
+                               f"trial {trial}: the stored weights' SHA-256 {stored} is not the logged one")]
+    weights_bad = (verdict.get("error") or "").startswith("weights:")
+    checks[0]["passed"] = checks[0]["passed"] and not weights_bad
+    if weights_bad:
+        checks[0]["message"] = f"trial {trial}: {verdict['error']}"
+    arch_ok = bool(verdict.get("architecture_ok"))
+    checks.append(spec_rules.check("audit.architecture", "strict", arch_ok, arch_ok,
+                                   f"trial {trial}: every tensor of the weights fits the module built from its "
+                                   f"{built_from}" if arch_ok else
+                                   f"trial {trial}: {verdict.get('error') or 'not checked'}"))
     return checks
 
 
@@ -286,31 +306,29 @@ def run(submission_id: int, *, again: bool = False) -> str:
         return str(result.audit)
     if not complete(sub):
         return A.PENDING
-    data, missing = data_dir(result.preset)
+    llm = result.workload == Result.Workload.LLM  # its own audit (leaderboard/llmaudit.py), no data directory
+    data, missing = (None, None) if llm else data_dir(result.preset)
     if missing:
         _set(result, A.PENDING, {"message": missing})
         return A.PENDING
     if not _start_attempt(result, again):
         return A.PENDING
-    logged = dict(result.report.get("kept_weights") or {})
-    trials: dict[str, list[dict[str, Any]]] = {}
     seconds: dict[str, float] = {}
     with bundles.extracted(sub.bundle.path) as root:
-        for trial in sub.challenge:
-            evidence = Evidence.objects.get(submission=sub, trial=trial)
-            started = time.perf_counter()
-            verdict = evaluate(root / "trials" / trial, Path(evidence.file.path), data, result.preset,
-                               private_split(result.rules_version))
-            trials[trial] = trial_checks(trial, Path(evidence.file.path), logged.get(trial, {}), verdict,
-                                         result.rules_version)
-            seconds[trial] = round(time.perf_counter() - started, 3)
-            log.info("submission %s: audit of trial %s took %.1f s", sub.pk, trial, seconds[trial])
-        states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
-        work = proof_checks(sub.proof or {}, states, root, data, result.preset, result.precision,
-                            result.rules_version, seconds)
+        if llm:
+            trials, missing = _llm_trials(sub, result, root, seconds)
+            work: dict[str, Any] = {}  # no committed segments: the weights are the whole audit
+        else:
+            trials = _image_trials(sub, result, root, data, seconds)
+            states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
+            work = proof_checks(sub.proof or {}, states, root, data, result.preset, result.precision,
+                                result.rules_version, seconds)
+    if missing:
+        _set(result, A.PENDING, {"message": missing})
+        return A.PENDING
     report: dict[str, Any] = {"trials": trials, "seconds": seconds, **work}
-    failed = [c for checks in [*trials.values(), *work["segments"].values(), work["best"]] for c in checks
-              if not c["passed"]]
+    failed = [c for checks in [*trials.values(), *work.get("segments", {}).values(), work.get("best", [])]
+              for c in checks if not c["passed"]]
     if failed:
         reasons: list[Reason] = [{"check": c["name"], "message": c["message"]} for c in failed]
         _set(result, A.FAILED, report)
@@ -318,6 +336,45 @@ def run(submission_id: int, *, again: bool = False) -> str:
         return A.FAILED
     _set(result, A.PASSED, report)
     return A.PASSED
+
+
+def _image_trials(sub: Submission, result: Result, root: Path, data: str | None,
+                  seconds: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
+    """Each challenged image trial's checks (`trial_checks`); their times into `seconds`."""
+    logged = dict(result.report.get("kept_weights") or {})
+    trials: dict[str, list[dict[str, Any]]] = {}
+    for trial in sub.challenge:
+        evidence = Evidence.objects.get(submission=sub, trial=trial)
+        started = time.perf_counter()
+        verdict = evaluate(root / "trials" / trial, Path(evidence.file.path), data, result.preset,
+                           private_split(result.rules_version))
+        trials[trial] = trial_checks(trial, Path(evidence.file.path), logged.get(trial, {}), verdict,
+                                     result.rules_version)
+        seconds[trial] = round(time.perf_counter() - started, 3)
+        log.info("submission %s: audit of trial %s took %.1f s", sub.pk, trial, seconds[trial])
+    return trials
+
+
+def _llm_trials(sub: Submission, result: Result, root: Path,
+                seconds: dict[str, float]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+    """Each challenged AIPerf-LLM trial's audit.weights, audit.architecture and audit.loss (leaderboard/llmaudit.py),
+    their times into `seconds`; and why the audit cannot conclude on this service (None when it can)."""
+    logged = dict(result.report.get("kept_weights") or {})
+    archs = llmaudit.proposed_archs(root)  # the verified log's, never the run's own trial.json
+    trials: dict[str, list[dict[str, Any]]] = {}
+    for trial in sub.challenge:
+        weights = Path(Evidence.objects.get(submission=sub, trial=trial).file.path)
+        started = time.perf_counter()
+        verdict = (_reevaluated(llmaudit.argv(root, trial, archs[trial], weights, result.preset,
+                                              settings.AIPERF_AUDIT_DEVICE))
+                   if trial in archs else llmaudit.unproposed(trial))
+        if verdict.get("data_error"):
+            return trials, llmaudit.no_data(result.preset, verdict["data_error"], sub.pk)
+        trials[trial] = (file_checks(trial, weights, logged.get(trial, {}), verdict, "architecture")
+                         + [llmaudit.loss_check(trial, logged.get(trial, {}), verdict)])
+        seconds[trial] = round(time.perf_counter() - started, 3)
+        log.info("submission %s: audit of LLM trial %s took %.1f s", sub.pk, trial, seconds[trial])
+    return trials, None
 
 
 def _start_attempt(result: Result, again: bool) -> bool:

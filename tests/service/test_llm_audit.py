@@ -1,0 +1,114 @@
+"""The audit of an AIPerf-LLM result (leaderboard/audit.py with leaderboard/llmaudit.py), run as the audit task
+runs it: a challenged LLM result, its signed bundle stored (a copy of the real short run of tests/conftest.py
+llm_run), its best trial's weights received as evidence. The honest weights pass audit.weights,
+audit.architecture and audit.loss; a log that recorded a lower loss than the weights reach (a trial program
+inflating its result at the source) fails audit.loss, and the submission ends rejected naming the trial."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiperf_runner.spec import bundle, keys
+from aiperf_runner.spec.llmflops import LlmArch
+from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE
+from aiperf_runner.spec.verify import verify
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from leaderboard import audit, llmaudit
+from leaderboard.models import Result, Submission
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), shared by the session
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch) -> None:
+    """The re-evaluation's torch on one thread: on a shared 2-core machine, two spinning threads took 20x longer
+    (the result is the same on any number: spec/llmrules.py AUDIT_LOSS_TOLERANCE)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def packed(llm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The run's signed bundle (no weights in it, as a site packs it) and what its verification kept."""
+    run = tmp_path_factory.mktemp("llm-audit") / "run"
+    shutil.copytree(llm_run, run)
+    report = verify(run)
+    return {"bundle": bundle.pack(run, run.parent / "run.tar.gz", keys.generate_key()), "run": run,
+            "best": report["best_trial"], "kept": report["kept_weights"]}
+
+
+def challenged(packed: dict[str, Any], settings, logged_shift: float = 0.0) -> Result:
+    """A verified LLM result challenged for its best trial, the bundle stored and the weights received;
+    `logged_shift` added to the loss its report says the log recorded."""
+    from devdata import demo
+
+    demo.generate(3)
+    result = Result.objects.filter(submission__status=Submission.Status.PUBLISHED).order_by("pk").first()
+    best = packed["best"]
+    kept = {t: dict(v) for t, v in packed["kept"].items()}
+    kept[best]["val_loss"] += logged_shift
+    Result.objects.filter(pk=result.pk).update(workload=Result.Workload.LLM, preset="llm-smoke",
+                                               audit=Result.Audit.PENDING,
+                                               report={"kept_weights": kept, "best_trial": best})
+    stored = Path(settings.MEDIA_ROOT) / "bundles" / "llm.tar.gz"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(packed["bundle"], stored)
+    sub = result.submission
+    sub.challenge, sub.bundle = [best], "bundles/llm.tar.gz"
+    sub.save(update_fields=["challenge", "bundle"])
+    weights = (packed["run"] / "trials" / best / "weights.safetensors").read_bytes()
+    audit.receive_evidence(sub, best, SimpleUploadedFile("weights.safetensors", weights))
+    return Result.objects.get(pk=result.pk)
+
+
+def test_honest_weights_pass_the_llm_audit(db, packed, settings) -> None:
+    result = challenged(packed, settings)
+    assert audit.run(result.submission_id) == Result.Audit.PASSED
+    stored = Result.objects.get(pk=result.pk)
+    [checks] = stored.audit_report["trials"].values()
+    assert [c["name"] for c in checks] == ["audit.weights", "audit.architecture", "audit.loss"], checks
+    assert all(c["passed"] for c in checks), checks
+    assert abs(checks[2]["measured"]) < 1e-5  # CPU against CPU: the same evaluation to float rounding
+    assert "segments" not in stored.audit_report  # an LLM run commits no segments
+
+
+def test_a_loss_logged_lower_than_the_weights_reach_rejects_the_submission(db, packed, settings) -> None:
+    result = challenged(packed, settings, logged_shift=-3 * AUDIT_LOSS_TOLERANCE)
+    assert audit.run(result.submission_id) == Result.Audit.FAILED
+    sub = Submission.objects.get(pk=result.submission_id)
+    assert sub.status == Submission.Status.REJECTED
+    assert not Result.objects.filter(pk=result.pk, published=True).exists()  # gone, or kept off the list (editions)
+    [reason] = sub.reasons
+    assert reason["check"] == "audit.loss", sub.reasons
+    assert f"trial {packed['best']}:" in reason["message"] and "do not reach the logged loss" in reason["message"]
+
+
+def test_without_the_presets_text_the_audit_waits(db, packed, settings, monkeypatch) -> None:
+    """The service's own lack (llm-kjv's Debian packages not installed on the audit worker) leaves the audit
+    pending, saying why: the site is not rejected for it."""
+    result = challenged(packed, settings)
+    monkeypatch.setattr(audit, "_reevaluated", lambda argv: {"data_error": "apt-get install bible-kjv"})
+    assert audit.run(result.submission_id) == Result.Audit.PENDING
+    stored = Result.objects.get(pk=result.pk)
+    assert "cannot make the validation text" in stored.audit_report["message"]
+    assert Submission.objects.get(pk=result.submission_id).status == Submission.Status.PUBLISHED
+
+
+def test_the_architecture_is_the_verified_logs_not_the_runs_trial_json(packed, tmp_path) -> None:
+    """A site that rewrites a trial's trial.json (to fit weights of another shape) changes nothing: the audit
+    loads the weights into the architecture the log proposed, whose FLOPs were counted."""
+    from aiperf_runner.spec.llmgrowth import replay
+
+    run = Path(shutil.copytree(packed["run"], tmp_path / "run"))
+    trial_json = run / "trials" / packed["best"] / "trial.json"
+    spec = json.loads(trial_json.read_text())
+    logged = spec["arch"]
+    spec["arch"] = replay(LlmArch.from_dict(logged), [{"kind": "insert_block", "index": 0,
+                                                       "layer": logged["layers"][0]}]).to_dict()
+    trial_json.write_text(json.dumps(spec))
+    assert llmaudit.proposed_archs(run)[packed["best"]] == logged
