@@ -193,9 +193,10 @@ def _verify(sub: Submission) -> dict[str, Any]:
             _step("recompute", sub.pk)
             system = registered_system(sub, run_json)
             records, _attempt = witness.records(sub.run_id, sub.site, sub.pk)
-            llm = is_llm(run_json)  # AIPerf-LLM: its own rules (spec/llmverify.py), no image rules version
+            llm = is_llm(run_json)  # AIPerf-LLM: its own rules (spec/llmverify.py); the service's image rules
+            # give only its witness's thresholds
             # One read of the log: the report, and the replay the stored trials come from.
-            version = None if llm else rules_version(sub, run_json)
+            version = (settings.AIPERF_RULES_VERSION or None) if llm else rules_version(sub, run_json)
             verified = verify_run(root, pubkey=base64.b64decode(key.public_key), require_signature=True,
                                   rules_version=version,
                                   system=systems.registration(system) if system else None,
@@ -309,12 +310,16 @@ def review_needed(result_values: dict[str, Any], accelerator_model: str, exclude
     eff = result_values.get("efficiency")
     if result_values["division"] != "official" or not eff:
         return ""
-    th = spec_rules.thresholds(result_values["rules_version"])
+    version = result_values["rules_version"]
+    # An AIPerf-LLM result (rules llm-v1) is held to the service's image rules' review thresholds.
+    th = spec_rules.thresholds(version if version in spec_rules.THRESHOLDS else
+                               settings.AIPERF_RULES_VERSION or spec_rules.RULES_VERSION)
     if "review_efficiency_max" not in th:  # rules 1.0: no review
         return ""
     if eff > th["review_efficiency_max"]:
         return f"efficiency {eff:.1%} of peak is above {th['review_efficiency_max']:.0%}"
-    others = Result.objects.live().filter(division="official", system__accelerator_model=accelerator_model)
+    others = Result.objects.live().filter(division="official", system__accelerator_model=accelerator_model,
+                                          workload=result_values.get("workload", Result.Workload.IMAGE))
     if exclude is not None:
         others = others.exclude(pk=exclude)
     if "review_efficiency_vs_median" in th:  # rules 3.0: the model's measured efficiencies

@@ -9,6 +9,7 @@ from typing import Any
 from aiperf_runner.spec import keys as spec_keys
 from aiperf_runner.spec import spread as spec_spread
 from aiperf_runner.spec.flops import RULES as FLOP_RULES
+from aiperf_runner.spec.llmflops import DEFAULT_LLM_RULES
 from aiperf_runner.spec.peaks import PRECISIONS
 from django.utils import timezone as dj_timezone
 from drf_spectacular.utils import extend_schema_field
@@ -199,7 +200,8 @@ class RunRequestSerializer(RefusesUnknownFields, serializers.Serializer):
 
     system = serializers.IntegerField(help_text="a registered system of the site")
     preset = serializers.CharField(max_length=32)
-    rules = serializers.ChoiceField(choices=list(FLOP_RULES))
+    rules = serializers.ChoiceField(choices=[*FLOP_RULES, DEFAULT_LLM_RULES],
+                                    help_text="the run's FLOP rules: v2 or v1-compat; llm-v1 for an AIPerf-LLM run")
     precision = serializers.ChoiceField(choices=list(PRECISIONS))
     slots = serializers.IntegerField(min_value=1)
     devices_per_slot = serializers.IntegerField(min_value=1)
@@ -291,10 +293,11 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Result
-        fields = ["rank", "rank_all", "id", "url", "workload", "division", "rules", "review", "site", "system",
-                  "score_ops", "regulated_score_ops", "max_accuracy", "best_loss", "efficiency", "peak_flops",
-                  "duration_s", "precision", "preset", "verification_level", "rules_version", "verifier_version",
-                  "verified_at", "trust"]
+        # workload and best_loss last: the CSV's earlier columns keep their places for existing readers
+        fields = ["rank", "rank_all", "id", "url", "division", "rules", "review", "site", "system", "score_ops",
+                  "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision",
+                  "preset", "verification_level", "rules_version", "verifier_version", "verified_at", "trust",
+                  "workload", "best_loss"]
 
     @extend_schema_field(TrustSerializer)
     def get_trust(self, result: Result) -> dict[str, Any]:
@@ -316,20 +319,18 @@ class LeaderboardEntrySerializer(serializers.ModelSerializer):
         site, system = result.site, result.system
         return {
             "rank": self.get_rank(result), "rank_all": _int(result.rank_all), "id": result.pk,
-            "url": self.get_url(result), "workload": result.workload, "division": result.division,
-            "rules": result.rules, "review": result.review,
+            "url": self.get_url(result), "division": result.division, "rules": result.rules, "review": result.review,
             "site": {"id": site.pk, "name": site.name, "country": site.country},
             "system": {"id": system.pk, "name": system.name, "vendor": system.vendor,
                        "accelerator_model": system.accelerator_model, "accelerator_count": system.accelerator_count,
                        "nodes": system.nodes, "interconnect": system.interconnect},
             "score_ops": _float(result.score_ops), "regulated_score_ops": _float(result.regulated_score_ops),
-            "max_accuracy": _float(result.max_accuracy), "best_loss": _float(result.best_loss),
-            "efficiency": _float(result.efficiency),
+            "max_accuracy": _float(result.max_accuracy), "efficiency": _float(result.efficiency),
             "peak_flops": _float(result.peak_flops), "duration_s": _float(result.duration_s),
             "precision": result.precision, "preset": result.preset, "verification_level": result.verification_level,
             "rules_version": result.rules_version, "verifier_version": result.verifier_version,
             "verified_at": _iso(result.verified_at),
-            "trust": result.trust(),
+            "trust": result.trust(), "workload": result.workload, "best_loss": _float(result.best_loss),
         }
 
     def get_rank(self, result: Result) -> int | None:

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 import aiperf_runner
-from aiperf_runner.spec import SPEC_VERSION, proof, scoring, spread
+from aiperf_runner.spec import SPEC_VERSION, llmtrust, proof, scoring, spread
 from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.llmrules import LLM_PRESETS
 from django.conf import settings
@@ -250,10 +250,10 @@ def _older_rules(version: str, admitted: set[str]) -> str:
             f'list\'s official ranking">rules {escape(version)}</span>')
 
 
-EXPORT_FIELDS = ["rank", "workload", "division", "result_id", "url", "system", "system_id", "site", "site_id",
+EXPORT_FIELDS = ["rank", "division", "result_id", "url", "system", "system_id", "site", "site_id",
                  "country", "vendor", "accelerator_model", "accelerator_count", "nodes", "score_ops",
-                 "regulated_score_ops", "max_accuracy", "best_loss", "efficiency", "peak_flops", "verification_level", "precision", "preset",
-                 "duration_s", "rules_version", "registered", "witnessed", "audit", "review", "date"]
+                 "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "verification_level", "precision", "preset",
+                 "duration_s", "rules_version", "registered", "witnessed", "audit", "review", "date", "workload", "best_loss"]
 
 
 def _export_rows(request: HttpRequest, view: queries.ListView) -> list[dict[str, Any]]:
@@ -432,7 +432,7 @@ def _audit_text(r: Result) -> str:
         return "not audited (no challenge: an unwitnessed run)"
     parts = [r.get_audit_display()]
     for trial, checks in ((r.audit_report or {}).get("trials") or {}).items():
-        accuracy = next((c for c in checks if c["name"] == "audit.accuracy"), None)
+        accuracy = next((c for c in checks if c["name"] in ("audit.accuracy", "audit.loss")), None)
         failed = [c["name"] for c in checks if not c["passed"]]
         parts.append(f"{trial}: " + ("passed" if not failed else "failed " + ", ".join(failed))
                      + (f" ({accuracy['message'].split(': ', 1)[-1]})" if accuracy else ""))
@@ -445,6 +445,8 @@ def _work_text(r: Result) -> str:
     """The re-executed segments and the best checkpoint, as the result page says them."""
     report = r.audit_report or {}
     segments = report.get("segments")
+    if r.workload == Result.Workload.LLM:
+        return "none to re-execute: an AIPerf-LLM trial commits no segments (its audit is its weights re-evaluated)"
     if segments is None:
         return "not asked for (rules before 3.0, or an unwitnessed run)" if r.audit != Result.Audit.PENDING \
             else "waiting for the committed states"
@@ -687,6 +689,7 @@ def methodology(request: HttpRequest) -> HttpResponse:
         "min_duration_h": th["min_duration_s"] / 3600, "require_approval": settings.AIPERF_REQUIRE_APPROVAL,
         "official_rules": ranking.official_rules(),
         "llm_rules": LLM_RULES, "llm_presets": list(LLM_PRESETS.values()),
+        "llm_official": llmtrust.official_presets(settings.AIPERF_RULES_VERSION or None),
         "nav": "methodology",
     }
     return render(request, "site/methodology.html", context)

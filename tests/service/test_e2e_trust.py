@@ -41,7 +41,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 AUDIT_DELAY_S = 6.0
 # The audit re-executes 4 of the kept segments here (17 on the list): every audit of this module pays for them.
 CI_RULES = {"3.1-ci": {"base": "3.1", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5,
-                       "audit_segments": 4}}
+                       "audit_segments": 4, "llm_official_presets": ["llm-smoke"]}}
 
 
 @pytest.fixture(scope="module")
@@ -218,13 +218,33 @@ def test_evidence_must_be_challenged_and_what_the_log_recorded(stack, runs):
     assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["audit"] == "passed"  # nothing lost
 
 
-def test_accuracies_raised_at_the_source_fail_the_audit(stack, tmp_path):
+# Runs the tests below submit one at a time, made side by side to keep this module's time (each on one slot of one
+# thread: two cores share five runs, and a trial is slower, not different): name -> (site, duration, seed,
+# trial program, options).
+SIDE_RUNS = {
+    "inflated": ("Inflated Lab", "40s", 4, "tests.service.inflated_trial", ()),
+    "lucky": ("Lucky Lab", "30s", 7, "tests.service.lucky_epoch_trial", ()),
+    "idle": ("Idle Lab", "35s", 6, "tests.runner.fake_trial", ()),
+    "twice": ("Twice Lab", "30s", 9, "aiperf_runner.train.trial", ()),
+    "rehearsal": ("Rehearsal Lab", "40s", 5, "aiperf_runner.train.trial", ("--rehearsal",)),
+}
+
+
+@pytest.fixture(scope="module")
+def side_runs(stack, tmp_path_factory):
+    work = tmp_path_factory.mktemp("side")
+    sites = {name: Site(stack, site) for name, (site, *_) in SIDE_RUNS.items()}
+    procs = [sites[name].start_run(work / name, duration, 1, seed, module, *options)
+             for name, (_, duration, seed, module, options) in SIDE_RUNS.items()]
+    for proc in procs:
+        finish(proc)
+    return {name: (sites[name], work / name) for name in SIDE_RUNS}
+
+
+def test_accuracies_raised_at_the_source_fail_the_audit(stack, side_runs):
     """A trial program that logs every accuracy 0.05 higher: the log is chained, signed and witnessed,
     its weights and digests honest; only the re-evaluation can tell."""
-    site = Site(stack, "Inflated Lab")
-    run = tmp_path / "inflated"
-    proc = site.start_run(run, "40s", slots=1, seed=4, trial_module="tests.service.inflated_trial")
-    finish(proc)
+    site, run = side_runs["inflated"]
     sub = site.submit(run)
     assert sub["status"] == "rejected", sub
     reasons = {r["check"]: r["message"] for r in sub["reasons"]}
@@ -254,13 +274,11 @@ def test_skipped_work_and_smaller_images_fail_the_re_execution(stack, tmp_path):
         assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
 
 
-def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack, tmp_path):
+def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack, side_runs):
     """The red team's fourth attack: 0.99 logged for a trial's first epoch, everything after it honest, so the
     kept final weights re-evaluate to what their epoch says. The run's best accuracy is the lucky epoch's,
     and its checkpoint is re-evaluated (`audit.best`)."""
-    site = Site(stack, "Lucky Lab")
-    run = tmp_path / "lucky"
-    finish(site.start_run(run, "30s", slots=1, seed=7, trial_module="tests.service.lucky_epoch_trial"))
+    site, run = side_runs["lucky"]
     assert max(e["val_accuracy"] for e in lines(run) if e["type"] == "epoch_end") == 0.99
     sub = site.submit(run)
     assert sub["status"] == "rejected", sub
@@ -269,13 +287,11 @@ def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack,
     assert "epoch 1 (the run's best accuracy)" in reasons["audit.best"]
 
 
-def test_a_run_that_computed_nothing_cannot_answer_its_challenge(stack, tmp_path):
+def test_a_run_that_computed_nothing_cannot_answer_its_challenge(stack, side_runs):
     """The red team's first attack: trials that sleep and claim epochs, commitments and weights that stand for
     nothing. The log holds together; the states the audit asks for do not exist, so the audit never passes
     and the result stays out of the official division until its challenge expires."""
-    site = Site(stack, "Idle Lab")
-    run = tmp_path / "idle"
-    finish(site.start_run(run, "35s", slots=1, seed=6, trial_module="tests.runner.fake_trial"))
+    site, run = side_runs["idle"]
     sub = site.submit(run)
     assert sub["status"] == "refused", sub
     [reason] = sub["reasons"]
@@ -389,7 +405,7 @@ def unwitnessed_copy(honest: Path, dest: Path, distinct: bool = True) -> Path:
         events[0].pop("token", None)
         events[0]["run_id"] = new_id
         for e in events:
-            if distinct and e["type"] == "epoch_end":
+            if distinct and e["type"] in ("epoch_end", "train_end"):  # train_end: an AIPerf-LLM run's
                 e["started_at"] += shift
                 e["ended_at"] += shift
         return events
@@ -583,11 +599,9 @@ def test_a_cpu_registered_larger_and_faster_than_it_is_is_not_official(stack, un
     assert "x 3.5 GHz (the rules' clock" in found["system.peak"]["message"], found["system.peak"]
 
 
-def test_a_token_used_for_a_second_run(stack, tmp_path):
+def test_a_token_used_for_a_second_run(stack, side_runs):
     """A second log under the same token: its heartbeats are refused, and the token fails the check."""
-    site = Site(stack, "Twice Lab")
-    run = tmp_path / "first"
-    finish(site.start_run(run, "30s", slots=1, seed=4))
+    site, run = side_runs["twice"]
     token = lines(run)[0]["token"]
     statement = {"kind": witness.HEARTBEAT_KIND, "run_id": token["statement"]["run_id"], "heartbeat_seq": 1,
                  "head": "ab" * 32, "log_id": "cd" * 32, "work": 0.0, "epochs": 0, "best_accuracy": None,
@@ -602,12 +616,10 @@ def test_a_token_used_for_a_second_run(stack, tmp_path):
     assert "second run" in json.dumps(sub) + json.dumps(got)
 
 
-def test_a_rehearsal_is_verified_for_its_site_only_and_never_ranked(stack, tmp_path):
+def test_a_rehearsal_is_verified_for_its_site_only_and_never_ranked(stack, side_runs):
     """`run --rehearsal`: witnessed on a rehearsal token; refused when submitted for the list; verified and
     audited as a rehearsal, shown to its site, on no list, counted apart on the system's record."""
-    site = Site(stack, "Rehearsal Lab")
-    run = tmp_path / "rehearsal"
-    finish(site.start_run(run, "40s", 1, 5, "aiperf_runner.train.trial", "--rehearsal"))
+    site, run = side_runs["rehearsal"]
     assert lines(run)[0]["token"]["statement"]["rehearsal"] is True  # signed by the witness
     assert "rehearsal" in stack.runner("report", str(run), config=site.config).stdout
     refused = site.submit(run)  # for the list: refused, nothing kept
@@ -648,3 +660,80 @@ def test_every_stored_bundle_rebuilds_the_same(stack, honest_submitted):
     witnessed runs, the killed and resumed one, the outage's and the forgeries' (accepted or refused), with
     the service's receipts and rules: zero differences."""
     assert rebuilt_without_differences(stack)["compared"] >= 2
+
+
+# ---- AIPerf-LLM: the same witness and registration ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def llm_witnessed(stack, tmp_path_factory):
+    """Three witnessed AIPerf-LLM runs side by side (llm-smoke, 60 s, one slot of one process each), each on its
+    site's registered system: the honest one, one whose log a forger edits before submitting it (a run is
+    submitted once), and one whose trial program logs losses lower than its weights reach."""
+    work = tmp_path_factory.mktemp("llm")
+    sites = {"honest": Site(stack, "Language Lab"), "forger": Site(stack, "Forging Language Lab"),
+             "inflated": Site(stack, "Understating Language Lab")}
+    trial_module = {"inflated": ["--trial-module", "tests.service.llm_inflated_trial"]}
+    procs = {name: subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--workload", "llm", "--preset", "llm-smoke",
+                                     "--slots", "1", "--devices-per-slot", "1", "--duration", "60s", "--seed",
+                                     str(i), "--out", str(work / name), "--system", str(site.system["id"]),
+                                     *trial_module.get(name, [])],
+                                    env=site.env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+             for i, (name, site) in enumerate(sites.items())}
+    for proc in procs.values():
+        assert "witnessed by" in finish(proc)
+    return {name: (site, work / name) for name, site in sites.items()}
+
+
+def test_a_witnessed_llm_run_passes_the_witness_on_its_own_list(stack, llm_witnessed):
+    site, run = llm_witnessed["honest"]
+    events = lines(run)
+    assert events[0]["token"] and sum(e["type"] == "witness" for e in events) >= 3
+    assert events[-1]["type"] == "witness"  # the end of the run is witnessed
+    sub = site.submit(run)  # answers the challenge: the weights of the trials asked for, re-evaluated
+    assert sub["status"] == "verified" and sub["challenge"] and sub["audit"] == "passed", sub
+    got = checks(stack, sub)
+    for name in (*WITNESS_CHECKS, "system.registered", "system.facts", "system.peak"):
+        assert got[name]["passed"], (name, got[name]["message"])
+    board = stack.get("/api/v1/leaderboard/?workload=llm&all=1&format=json")  # both divisions
+    [entry] = [e for e in board if e["site"]["name"] == "Language Lab"]
+    assert entry["trust"]["registered"] and entry["trust"]["witnessed"], entry
+    assert entry["id"] not in [e["id"] for e in stack.get("/api/v1/leaderboard/?all=1&format=json")]
+    # Official takes every validity check too (its loss under the gate: a one-minute run on a shared CPU may not
+    # get there).
+    valid = all(c["passed"] for n, c in got.items() if n.startswith("validity"))
+    assert entry["division"] == ("official" if valid else "open"), got
+
+
+def test_llm_times_compressed_fail_the_witness(stack, llm_witnessed):
+    """The LLM log's clock run at half speed (every time since the start halved, the log re-chained and re-signed):
+    twice the score on paper; the service's receipts say how long it really took."""
+    site, run = llm_witnessed["forger"]
+    forge_witness(run, "timestamps-scaled", run)
+    status, failed = outcome(stack, upload_forgery(stack, site, run))
+    assert status == "rejected" and failed & {"witness.timeline", "witness.receipts"}, (status, failed)
+
+
+def test_llm_devices_claimed_beyond_the_registration_are_not_believed(stack, llm_witnessed, tmp_path):
+    """run.json claiming eight H100s on the registered CPU box (a copy of the honest run, a run id of its own):
+    system.facts fails and the result is judged by the registered CPU's peak, never the claim."""
+    site, honest = llm_witnessed["honest"]
+    forged = unwitnessed_copy(honest, tmp_path / "forged")
+    run_json = json.loads((forged / "run.json").read_text())
+    run_json["system"].update(accelerator_model=H100, accelerator_count=8,
+                              accelerators=[{"model": H100, "memory_bytes": 85899345920}] * 8)
+    (forged / "run.json").write_text(json.dumps(run_json))
+    sub = upload_forgery(stack, site, forged)
+    status, failed = outcome(stack, sub)
+    assert status == "open" and "system.facts" in failed, (status, failed)
+    result = stack.get(f"/api/v1/results/{sub['result']}/")
+    assert result["peak_flops"] < 1e13, result["peak_flops"]  # two CPU cores, not 8 x 989 TFLOP/s
+
+
+def test_an_llm_loss_understated_at_the_source_fails_the_audit(stack, llm_witnessed):
+    """A trial program that logs every loss 0.3 nats lower than its weights reach: the log is chained, signed and
+    witnessed, its weights honest; the re-evaluation of the challenged weights (audit.loss) rejects it."""
+    site, run = llm_witnessed["inflated"]
+    sub = site.submit(run)
+    assert sub["status"] == "rejected", sub
+    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+    assert "audit.loss" in reasons, sub["reasons"]

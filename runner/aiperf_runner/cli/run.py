@@ -21,6 +21,8 @@ from aiperf_runner.cli.exitcodes import INTERRUPTED
 from aiperf_runner.cli.options import parse_duration, parse_options
 from aiperf_runner.spec.errors import AiperfError
 
+TRIAL_MODULE = "aiperf_runner.train.trial"  # the image trial program; an LLM run's default is its own
+
 if TYPE_CHECKING:
     from aiperf_runner.client.service import Service
     from aiperf_runner.run.controller import Controller, RunConfig
@@ -32,7 +34,8 @@ def run(
                                                               "llm-smoke)."),
     preset: str = typer.Option(None, "--preset", help="smoke (generated data, minutes on a CPU; the default), "
                                                        "cifar or imagenet (the official workload; needs --data); "
-                                                       "with --workload llm: llm-smoke (the default)."),
+                                                       "with --workload llm: llm-smoke (the default) or llm-kjv "
+                                                       "(real text: Debian's bible-kjv)."),
     slots: int = typer.Option(None, "--slots", min=1, help="Trials run at once (default: 1 with local, which splits "
                                                            "this machine's devices; the nodes available with slurm)."),
     duration: str = typer.Option(None, "--duration", help="Run length, e.g. 5m, 1h (default: the preset's). "
@@ -87,7 +90,7 @@ def run(
     system: str = typer.Option(None, "--system", metavar="ID_OR_NAME",
                                help="The registered system this run is judged by (`aiperf-runner system add`). "
                                     "The run is witnessed by the service (run token, heartbeats, receipts); "
-                                    "needs the service `register` saved, or --server/--token."),
+                                    "needs the service `register` saved, or --server/--token. Both workloads."),
     offline: bool = typer.Option(False, "--offline", help="Run without the service: unwitnessed, so the result "
                                                           "can only enter the open division."),
     rehearsal: bool = typer.Option(False, "--rehearsal",
@@ -124,7 +127,7 @@ def run(
                                           "re-execute their segments yourself (python -m aiperf_runner.train."
                                           "segment). A witnessed run keeps those its audit may ask for anyway."),
     progress: str = typer.Option("auto", "--progress", help="auto (live on a terminal), live, plain or none."),
-    trial_module: str = typer.Option("aiperf_runner.train.trial", "--trial-module", hidden=True,
+    trial_module: str = typer.Option(TRIAL_MODULE, "--trial-module", hidden=True,
                                      help="Module run as the trial program (tests use a fake one)."),
 ) -> None:
     """Run the AIPerf benchmark: architecture + hyper-parameter search, trials on every slot."""
@@ -132,7 +135,15 @@ def run(
     from aiperf_runner.run.progress import make_progress
 
     if workload == "llm" or (resume is not None and _is_llm_run(resume)):
-        _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume)
+        if rehearsal:
+            raise AiperfError("--rehearsal is for the image workload: AIPerf-LLM has no rehearsal tokens yet")
+        registration, service = _registration(system, offline, server, token) if resume is None else (None, None)
+        if resume is not None and not offline:
+            from aiperf_runner.client.service import find_service
+
+            service = find_service(server, token, required=False)
+        _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume,
+                 service, registration, trial_module if trial_module != TRIAL_MODULE else None)
         return
     if workload != "image":
         raise AiperfError(f"unknown --workload {workload!r}: image or llm")
@@ -292,20 +303,27 @@ def _is_llm_run(run_dir: Path) -> bool:
 
 
 def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
-             devices_per_slot: int, max_retries: int, resume: Path | None) -> None:
-    """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run on this machine (run/llmrun.py)."""
+             devices_per_slot: int, max_retries: int, resume: Path | None, service: Service | None,
+             registration: dict[str, Any] | None, trial_module: str | None = None) -> None:
+    """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run on this machine (run/llmrun.py),
+    witnessed by `service` when `--system` names a `registration`."""
     from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, summary
 
     if resume is not None:
         run_dir = resume
-        llm = LlmRun.resume(run_dir)
+        llm = LlmRun.resume(run_dir, service=service)
         config = llm.config
         typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
     else:
         config = LlmRunConfig(preset=preset, slots=slots or 1, seed=seed, devices_per_slot=devices_per_slot,
                               duration_s=parse_duration(duration) if duration else None, max_retries=max_retries)
+        if trial_module:
+            config.trial_module = trial_module
         run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-        llm = LlmRun.create(config, run_dir)
+        llm = LlmRun.create(config, run_dir, service=service, registration=registration)
+    if llm.witness is not None:
+        typer.echo(f"witnessed by {llm.witness.witnessing.service.server} (registered system "
+                   f"{llm.run_json['system']['id']}): the service issued this run's id and token")
     typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']}: preset {config.preset}, {config.slots} slot(s) of "
                f"{config.devices_per_slot} process(es), {config.duration_s:.0f} s, in {run_dir}")
     # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: trials stopped, the log closed

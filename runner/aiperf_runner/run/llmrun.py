@@ -20,12 +20,13 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiperf_runner import __version__
+from aiperf_runner.run import llmwitness
 from aiperf_runner.search.llmhparams import LlmHparamSearch
 from aiperf_runner.search.llmsearch import LlmArchitectureSearch, LlmProposal
 from aiperf_runner.spec import SPEC_VERSION
@@ -33,6 +34,9 @@ from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.eventlog import EventWriter, read_events
 from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset
 from aiperf_runner.util import sysinfo
+
+if TYPE_CHECKING:
+    from aiperf_runner.client.service import Service
 
 POLL_S = 0.2
 SearchFactory = Callable[[LlmPreset, int], tuple[LlmArchitectureSearch, LlmHparamSearch]]
@@ -50,6 +54,7 @@ class LlmRunConfig:
     seed: int = 0
     devices_per_slot: int = 0  # 0: this machine's cores (or GPUs) shared out between the slots
     max_retries: int = 1
+    trial_module: str = "aiperf_runner.train.llm.trialmain"  # the trial program (tests run dishonest ones)
 
 
 @dataclass
@@ -66,6 +71,7 @@ class _Trial:
     copied: int = 0
     loss: float | None = None
     done: bool = False
+    flops: int = 0  # of its last training record
 
 
 @dataclass
@@ -84,13 +90,17 @@ class LlmRun:
     running: dict[int, _Trial] = field(default_factory=dict)
     exhausted: bool = False
     started_at: float = field(default_factory=time.time)
+    witness: llmwitness.LlmWitness | None = None  # a witnessed run's heartbeats and receipts (run/llmwitness.py)
+    records: int = 0  # training records (train_end lines) in the main log
 
     @classmethod
     def create(cls, config: LlmRunConfig, run_dir: str | Path, say: Callable[[str], None] = print,
-               search_factory: SearchFactory | None = None) -> LlmRun:
+               search_factory: SearchFactory | None = None, service: Service | None = None,
+               registration: Mapping[str, Any] | None = None) -> LlmRun:
         """A new run in `run_dir`. `search_factory(preset, seed)` -> (architecture search, hyper-parameter
         search) replaces the searches as built (bench/search_quality.py's baselines, search/llmbaselines.py);
-        `resume` always rebuilds the searches as built."""
+        `resume` always rebuilds the searches as built. With `service` and `registration` (the registered system
+        the run is judged by) the run is witnessed: the service gives its run id and token."""
         preset = llm_preset(config.preset)
         _check_data(preset)
         run_dir = Path(run_dir)
@@ -108,10 +118,20 @@ class LlmRun:
             "workload": WORKLOAD, "run_id": secrets.token_hex(16), "preset": preset.name, "rules": RULES,
             "slots": config.slots, "devices_per_slot": config.devices_per_slot, "duration_s": config.duration_s,
             "seed": config.seed, "max_retries": config.max_retries, "runner_version": __version__,
+            **({"trial_module": config.trial_module} if config.trial_module != LlmRunConfig.trial_module else {}),
             "spec_version": SPEC_VERSION, "dataset": preset.to_json(), "device_type": device_type,
             "precision": "bf16" if device_type == "cuda" else "fp32", "system": system,
             "declared_peak_flops": peaks, "declared_peak_source": peak_sources, "created_at": time.time(),
+            # What a run token binds, where an image run's run.json keeps it (spec/witness.py TOKEN_BOUND).
+            "config": {"slots": config.slots, "devices_per_slot": config.devices_per_slot,
+                       "duration_s": config.duration_s},
         }
+        token = None
+        if service is not None and registration is not None:
+            system.update(id=registration["id"], registration=dict(registration),
+                          name=system.get("name") or registration.get("name") or "")
+            token = llmwitness.ask(service, registration, run_json)
+            run_json["run_id"] = token["run_id"]
         (run_dir / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True) + "\n")
         if search_factory is None:
             search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
@@ -120,21 +140,27 @@ class LlmRun:
             search, hparams = search_factory(preset, config.seed)
         log = EventWriter(run_dir / "events.jsonl")
         self = cls(run_dir, config, preset, run_json, log, search, hparams, say)
+        witnessed = {"token": token["token"]} if token else {}
         self.started_at = log.append("run_started", run_id=run_json["run_id"], workload=WORKLOAD, preset=preset.name, rules=RULES,
                    slots=config.slots, devices_per_slot=config.devices_per_slot, runner_version=__version__,
-                   spec_version=SPEC_VERSION, dataset=preset.to_json(), device_type=run_json["device_type"])["t"]
+                   spec_version=SPEC_VERSION, dataset=preset.to_json(), device_type=run_json["device_type"],
+                   **witnessed)["t"]
+        if token is not None and service is not None:
+            self.witness = llmwitness.LlmWitness(service, token["token"], log, self._figures, say)
         return self
 
     @classmethod
-    def resume(cls, run_dir: str | Path, say: Callable[[str], None] = print) -> LlmRun:
+    def resume(cls, run_dir: str | Path, say: Callable[[str], None] = print,
+               service: Service | None = None) -> LlmRun:
         """Continue a run whose controller was killed: its searches rebuilt from the log, attempts that were
         running stopped and logged failed (to be retried), proposals that never started queued again; the
-        duration still counts from the run's start."""
+        duration still counts from the run's start. A witnessed run goes on witnessed with `service`."""
         run_dir = Path(run_dir)
         run_json = json.loads((run_dir / "run.json").read_text())
         config = LlmRunConfig(preset=run_json["preset"], slots=run_json["slots"], duration_s=run_json["duration_s"],
                               seed=run_json["seed"], devices_per_slot=run_json["devices_per_slot"],
-                              max_retries=run_json.get("max_retries", 1))
+                              max_retries=run_json.get("max_retries", 1),
+                              trial_module=run_json.get("trial_module", LlmRunConfig.trial_module))
         preset = llm_preset(config.preset)
         log = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the kill
         events = read_events(run_dir / "events.jsonl")
@@ -154,7 +180,12 @@ class LlmRun:
         self = cls(run_dir, config, preset, run_json, log, search, hparams, say, trials=trials,
                    by_hash={t.proposal.arch_hash: t.trial for t in trials.values()},
                    started_at=events[0]["t"])
+        self.records = sum(e["type"] == "train_end" for e in events)
         log.append("run_resumed", run_id=run_json["run_id"])
+        if service is not None:
+            self.witness = llmwitness.LlmWitness.resumed(service, events, log, self._figures, say)
+        elif "token" in events[0]:
+            say("this run is witnessed but no service is configured: it continues unwitnessed")
         for trial in trials.values():
             if trial.done:
                 continue
@@ -176,6 +207,8 @@ class LlmRun:
             while time.time() < deadline:
                 self._poll()
                 self._fill()
+                if self.witness is not None:
+                    self.witness.tick()
                 if self.exhausted and not self.running and not self.waiting:
                     reason = "exhausted"
                     break
@@ -186,8 +219,15 @@ class LlmRun:
         for trial in list(self.running.values()):
             self._stop(trial, "duration" if reason == "duration" else "stop")
         self.log.append("run_finished", reason=reason)
+        if self.witness is not None:
+            self.witness.finish()
         self.log.close()
         return reason
+
+    def _figures(self) -> tuple[float, int, float | None]:
+        finished = [t for t in self.trials.values() if t.loss is not None]
+        return llmwitness.figures_of([t.loss for t in finished if t.loss is not None],
+                                     float(sum(t.flops for t in finished)), self.records)
 
     def _fill(self) -> None:
         for slot in range(self.config.slots):
@@ -250,7 +290,7 @@ class LlmRun:
         threads = max(1, (os.cpu_count() or 1) // (self.config.slots * self.config.devices_per_slot))
         env = {**os.environ, "AIPERF_THREADS_PER_RANK": str(threads), "OMP_NUM_THREADS": str(threads)}
         with open(trial_dir / f"attempt-{trial.attempt}.out", "wb") as out:
-            trial.process = subprocess.Popen([sys.executable, "-m", "aiperf_runner.train.llm.trialmain",
+            trial.process = subprocess.Popen([sys.executable, "-m", self.config.trial_module,
                                               str(trial_dir)], stdout=out, stderr=subprocess.STDOUT, env=env,
                                              start_new_session=True)
         (trial_dir / "attempt.pid").write_text(f"{trial.process.pid}\n")  # for a resume to stop it
@@ -287,6 +327,8 @@ class LlmRun:
             fields = {k: v for k, v in line.items() if k not in ("seq", "t", "type", "prev")}
             self.log.append("train_end", **fields)
             trial.copied += 1
+            self.records += 1
+            trial.flops = int(fields.get("flops") or 0)
 
     def _finished(self, trial: _Trial, result: dict[str, Any]) -> None:
         loss = float(result["val_loss"])

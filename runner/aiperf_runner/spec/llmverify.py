@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import fingerprint, peaks
+from . import fingerprint
 from . import rules as R
 from .eventlog import LogError, read_events
 from .llmflops import LlmArch, LlmArchError, train_flops_per_token
@@ -26,11 +26,17 @@ from .llmgrowth import llm_arch_hash, replay
 from .llmrules import GROWTH_TOLERANCE, RULES, WORKLOAD, LlmPreset, LlmPresetError, llm_preset
 from .llmrules import regulated_score_ops as llm_regulated
 from .llmrules import score_ops as llm_score
+from .llmtrust import division, trust_checks
+from .witness import ServiceRecords
 
 
 def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[str, Any]],
-               fingerprint: str | None) -> dict[str, Any]:
-    """The report of the LLM run in `root` (run.json read as `run`); `signature_checks` as verify makes them."""
+               fingerprint: str | None, *, registration: Mapping[str, Any] | None = None,
+               witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None,
+               witness_rules: str | None = None) -> dict[str, Any]:
+    """The report of the LLM run in `root` (run.json read as `run`); `signature_checks` as verify makes them.
+    `registration`, `witness_keys`, `records`: as for images (the service passes them); `witness_rules`: the
+    image rules version whose witness thresholds apply (None: the current ones)."""
     report: dict[str, Any] = {
         "workload": WORKLOAD, "integrity_ok": False, "rules": RULES, "rules_version": RULES, "score_ops": 0.0,
         "regulated_score_ops": 0.0, "max_accuracy": 0.0, "best_loss": None, "duration_s": 0.0,
@@ -71,23 +77,17 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
     ]
     report["score_ops"] = llm_score(story.flops, story.duration_s)
     report["regulated_score_ops"] = llm_regulated(report["score_ops"], report["best_loss"])
-    report.update(series=story.series(), trials=story.trial_rows(), epoch_fingerprints=story.fingerprints)
-    _peak(report, run)
-    return _finish(report, checks)
-
-
-def _peak(report: dict[str, Any], run: Mapping[str, Any]) -> None:
-    """The system's peak at the run's precision (spec/peaks.py, as for images) and the score's share of it."""
-    system, precision = run.get("system"), run.get("precision")
-    if not isinstance(system, Mapping) or not isinstance(precision, str):
-        return
-    try:
-        peak, how = peaks.system_peak(system, precision)
-    except (KeyError, ValueError, TypeError):
-        return
-    report["peak_flops"] = peak
-    report["peak_source"] = how
-    report["efficiency"] = report["score_ops"] / peak if peak else None
+    report.update(series=story.series(), trials=story.trial_rows(), epoch_fingerprints=story.fingerprints,
+                  kept_weights=story.kept_weights())
+    judged = trust_checks(run, events, registration=registration, witness_keys=witness_keys, records=records,
+                          rules_version=witness_rules)
+    checks += judged.checks
+    report.update(peak_flops=judged.peak, peak_source=judged.peak_source, system={
+        "registered": judged.hardware.registered, "describe": judged.hardware.describe()},
+        efficiency=report["score_ops"] / judged.peak if judged.peak else None)
+    report = _finish(report, checks)
+    report["division"] = division(run, checks, witness_rules)
+    return report
 
 
 def _finish(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +118,9 @@ def _preset(run: Mapping[str, Any]) -> tuple[LlmPreset | None, list[str]]:
     return preset, problems
 
 
+WITNESS_LINES = ("heartbeat", "witness")
+
+
 class _Story:
     """The main log read once: each trial's proposal, attempts and training, and what is wrong with them."""
 
@@ -135,8 +138,11 @@ class _Story:
         self.growths_checked = 0
         self.attempts: dict[str, dict[str, Any]] = {}  # each trial's last attempt: slot, times, how it ended
         self.fingerprints: list[str] = []
+        self.weights: dict[str, Any] = {}  # the weights_sha256 of each finished trial
         self.finishes: list[tuple[float, float, int]] = []  # (t, loss, FLOPs counted) of each finished trial
-        first, last = events[0] if events else {}, events[-1] if events else {}
+        # A witnessed run's last heartbeat and receipt follow run_finished (run/llmwitness.py): not the run's story.
+        story = [e for e in events if e.get("type") not in WITNESS_LINES]
+        first, last = story[0] if story else {}, story[-1] if story else {}
         self.t0 = float(first.get("t", 0)) if events else 0.0
         if first.get("type") != "run_started":
             self.problems["lifecycle"].append("the log does not begin with run_started")
@@ -225,6 +231,7 @@ class _Story:
         if ev.get("val_loss") != trained.get("val_loss") or not math.isfinite(float(ev["val_loss"])):
             return self._bad("lifecycle", f"{trial}: finished with a loss its training did not report")
         self.finished[trial], self.finished_at[trial] = float(ev["val_loss"]), ev["t"]
+        self.weights[trial] = ev.get("weights_sha256")
         self.finishes.append((float(ev["t"]), float(ev["val_loss"]), trained["flops_counted"]))
         if len(self.fingerprints) < fingerprint.MOST:  # a copied log repeats them (the service's duplicate check)
             self.fingerprints.append(fingerprint.record_digest(trained, str(self.proposed[trial].get("arch_hash"))))
@@ -243,6 +250,12 @@ class _Story:
     def _ended(self, trial: str, t: float, status: str) -> None:
         if trial in self.attempts:
             self.attempts[trial].update(ended=t, status=status)
+
+    def kept_weights(self) -> dict[str, dict[str, Any]]:
+        """{trial: {sha256, val_loss}} of every finished trial whose weights the log names (each child trains
+        from its parent's, so a run keeps them all): what the service's audit may ask for."""
+        return {t: {"sha256": self.weights[t], "val_loss": loss} for t, loss in self.finished.items()
+                if isinstance(self.weights.get(t), str)}
 
     def series(self) -> list[dict[str, float]]:
         """The run's score, regulated score and best loss after each finished trial (for the result's charts)."""

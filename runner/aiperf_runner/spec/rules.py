@@ -120,8 +120,11 @@ THRESHOLDS["3.0"] = {
 # 0.202 of their move away (smoke; fashion-mnist 0.087), fp16 0.193 (0.081), while a quarter of the steps left
 # out ended 0.307 or more away (bench/audit_cost.py --precision): 0.25 for both, 0.2 stays fp32's (and tf32's,
 # which a CPU runs as fp32).
+# `llm_official_presets`: the AIPerf-LLM presets whose results may be official (spec/llmtrust.py; an LLM run's
+# witness and system checks use this table's thresholds); a service's own version may list others.
 THRESHOLDS["3.1"] = {**THRESHOLDS["3.0"], "cpu_clock_ghz": 3.5, "facts_exact": True, "audit_private_split": True,
-                     "audit_replay_tolerance": {"default": 0.2, "bf16": 0.25, "fp16": 0.25}}
+                     "audit_replay_tolerance": {"default": 0.2, "bf16": 0.25, "fp16": 0.25},
+                     "llm_official_presets": ["llm-kjv"]}
 
 
 RELEASED = tuple(THRESHOLDS)

@@ -72,8 +72,9 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
     """
     pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if path.is_dir():
-        return _llm_report(path, pubkey, require_signature) or _verify_dir(
-            path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys, records).report
+        return _llm_report(path, pubkey, require_signature, system, witness_keys, records, rules_version) or \
+            _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
+                        records).report
     from .bundle import BundleError, safe_extract
 
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-") as tmp:
@@ -85,12 +86,16 @@ def verify(path: str | Path, pubkey: Any = None, rules: str | None = None, *,
             report["checks"] = [R.check("integrity.bundle", "a readable tar of regular files within the limits",
                                         None, False, str(exc))]
             return report
-        return _llm_report(root, pubkey, require_signature) or _verify_dir(
-            root, pubkey, rules, require_signature, rules_version, workers, system, witness_keys, records).report
+        return _llm_report(root, pubkey, require_signature, system, witness_keys, records, rules_version) or \
+            _verify_dir(root, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
+                        records).report
 
 
-def _llm_report(root: Path, pubkey: Any, require_signature: bool) -> dict[str, Any] | None:
-    """The report of an AIPerf-LLM run (spec/llmverify.py); None for any other run."""
+def _llm_report(root: Path, pubkey: Any, require_signature: bool, registration: Mapping[str, Any] | None = None,
+                witness_keys: Mapping[str, bytes] | None = None, records: ServiceRecords | None = None,
+                rules_version: str | None = None) -> dict[str, Any] | None:
+    """The report of an AIPerf-LLM run (spec/llmverify.py); None for any other run. `rules_version` (image rules)
+    gives the witness's thresholds."""
     from .llmrules import is_llm
 
     try:
@@ -102,7 +107,8 @@ def _llm_report(root: Path, pubkey: Any, require_signature: bool) -> dict[str, A
     from .llmverify import verify_llm
 
     checks, fingerprint = _signature_checks(root, pubkey, require_signature)
-    return verify_llm(root, run, checks, fingerprint)
+    return verify_llm(root, run, checks, fingerprint, registration=registration, witness_keys=witness_keys,
+                      records=records, witness_rules=rules_version)
 
 
 class Verified(NamedTuple):
@@ -123,7 +129,7 @@ def verify_run(path: str | Path, pubkey: Any = None, rules: str | None = None, *
     pubkey, path = _arguments(path, pubkey, rules, rules_version)
     if not path.is_dir():
         raise NotADirectoryError(f"{path} is not a run directory")
-    llm = _llm_report(path, pubkey, require_signature)
+    llm = _llm_report(path, pubkey, require_signature, system, witness_keys, records, rules_version)
     if llm is not None:
         return Verified(llm, None, RunDir(path))
     return _verify_dir(path, pubkey, rules, require_signature, rules_version, workers, system, witness_keys,
