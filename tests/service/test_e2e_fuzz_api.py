@@ -24,10 +24,12 @@ phase, ~1,800 cases, and the stateful run with a token, ~500 steps, are most of 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import httpx
 import pytest
@@ -204,26 +206,42 @@ def test_stateful_with_a_token_touches_no_other_site(stack, site_a):
     token_b, _ = stack.new_site("Fuzz Delta", "ES")
     site_b = stack.sql("SELECT id FROM leaderboard_site WHERE name = %s", "Fuzz Delta")[0][0]
     before = snapshot(stack, site_a["site"])
-    counts = stateful(stack, "site-token", {"Authorization": f"Token {token_b}"}, [own_objects_only(site_b)])
+    walk = functools.partial(stateful, stack, headers={"Authorization": f"Token {token_b}"},
+                             checks=[own_objects_only(site_b)])
+    counts = walk("site-token")
     assert counts.scenarios >= SCENARIOS and counts.steps > SCENARIOS
+    # Which links a walk takes and which bodies it draws depend on what the shared service already holds (the
+    # module's other tests), not only on the seed: when this walk missed the chain below, it goes on, once, for
+    # twice the scenarios, and the chain must be in one of the two.
+    walks = [counts] if chain_walked(counts) else [counts, walk("site-token-again", scenarios=2 * SCENARIOS)]
+    links = sum((w.links for w in walks), Counter())
+    link_statuses = sum((w.link_statuses for w in walks), Counter())
     # The chain the links describe was walked: a system created, read back (itself or its site: which of
     # the two the machine picks follows the server's answers, not only the seed), a run token asked for a
     # system (straight from its creation, or from reading it back: the machine's choice again).
-    followed = {name.split("] ")[-1].split(" -> ")[0]: n for name, n in counts.links.items()
-                if name.startswith("POST /api/v1/systems/ -> [201]")}
-    assert followed.get("GetSystem", 0) + followed.get("GetSystemSite", 0) > 0, counts.links
-    tokens = sum(n for name, n in counts.links.items()
-                 if name.startswith(("POST /api/v1/systems/ -> [201]", "GET /api/v1/systems/{id}/ -> [200]"))
-                 and "RequestRunToken" in name)
-    assert tokens, counts.links
+    assert made_then_read(links) > 0, links
+    assert tokens_asked(links), links
     # A run token asked along the link from a system just made finds it: a token (201), or a refusal of the body
     # the fuzzer drew (400, naming the field), never "no such system" (a system read from the list may be another
-    # site's: 404 there is right). Which a walk meets depends on the bodies drawn and on what the shared service
-    # already holds, so when no token came the walk goes on, once, for twice the scenarios.
-    made = {k: n for k, n in counts.link_statuses.items() if k.startswith("POST /api/v1/systems/ -> [201] RequestRun")}
-    assert not [k for k in made if not k.endswith((" 201", " 400"))], counts.link_statuses
-    if not counts.statuses["POST /api/v1/runs/ 201"]:
-        again = stateful(stack, "site-token-again", {"Authorization": f"Token {token_b}"}, [own_objects_only(site_b)],
-                         scenarios=2 * SCENARIOS)
-        assert again.statuses["POST /api/v1/runs/ 201"] > 0, (counts.link_statuses, again.link_statuses)
+    # site's: 404 there is right).
+    made = {k: n for k, n in link_statuses.items() if k.startswith("POST /api/v1/systems/ -> [201] RequestRun")}
+    assert not [k for k in made if not k.endswith((" 201", " 400"))], link_statuses
+    assert sum(w.statuses["POST /api/v1/runs/ 201"] for w in walks) > 0, link_statuses
     assert snapshot(stack, site_a["site"]) == before
+
+
+def made_then_read(links: Counter) -> int:
+    followed = {name.split("] ")[-1].split(" -> ")[0]: n for name, n in links.items()
+                if name.startswith("POST /api/v1/systems/ -> [201]")}
+    return followed.get("GetSystem", 0) + followed.get("GetSystemSite", 0)
+
+
+def tokens_asked(links: Counter) -> int:
+    return sum(n for name, n in links.items()
+               if name.startswith(("POST /api/v1/systems/ -> [201]", "GET /api/v1/systems/{id}/ -> [200]"))
+               and "RequestRunToken" in name)
+
+
+def chain_walked(counts: Counts) -> bool:
+    return bool(made_then_read(counts.links) and tokens_asked(counts.links)
+                and counts.statuses["POST /api/v1/runs/ 201"])
