@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from typing import Any
 
 import aiperf_runner
@@ -413,7 +412,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
 def _llm_facts(r: Result, report: dict[str, Any]) -> list[tuple[str, str]]:
     """What an AIPerf-LLM result says in the place of the image workload's accuracy and spread."""
     loss = "–" if r.best_loss is None else f"{r.best_loss:.4f} nats per byte (accuracy equivalent e^−L = " \
-                                          f"{math.exp(-r.best_loss):.2%})"
+                                          f"{r.max_accuracy:.2%})"
     tokens = report.get("tokens_trained")
     return [("Workload", r.get_workload_display()), ("Best validation loss", loss),
             ("Tokens trained", f"{tokens:,}" if isinstance(tokens, int) else "–"),
