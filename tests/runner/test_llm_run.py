@@ -30,6 +30,9 @@ def test_a_short_run_trains_children_from_their_parents_and_verifies(llm_run):
     checks = _checks(report)
     assert report["integrity_ok"], [c for c in report["checks"] if not c["passed"]]
     assert checks["validity.growth"] and checks["validity.trials"]
+    plausibility = {name: ok for name, ok in checks.items() if name.startswith("plausibility.")}
+    assert len(plausibility) == 6 and all(plausibility.values()), report["checks"]
+    assert report["plausible"] and not report["rejected"]
     assert not checks["validity.duration"]  # 24 s is below the preset's minimum: valid runs are longer
     assert report["workload"] == "llm" and report["trials_finished"] == done["trials_finished"]
     assert report["flops"] == done["flops"] and report["score_ops"] == pytest.approx(
@@ -91,7 +94,27 @@ def _malformed(events):
     return events
 
 
+def _one_slot(events):
+    for e in events:
+        if e["type"] == "trial_started":
+            e["slot"] = 0  # the run's two slots ran trials side by side: now they claim to share one
+    return events
+
+
+def _training_compressed(events):
+    line = _first(events, "train_end")
+    line["started_at"] = line["ended_at"] - 1e-4  # the trial's FLOPs in a tenth of a millisecond
+    return events
+
+
+def _clock_back(events):
+    _first(events, "trial_proposed", child=True)["t"] -= 3600
+    return events
+
+
 @pytest.mark.parametrize("edit, caught_by", [
+    (_one_slot, "plausibility.slot_exclusive"), (_training_compressed, "plausibility.trial_rate"),
+    (_clock_back, "plausibility.timestamps"),
     (_inflate_flops, "integrity.flops"), (_more_tokens, "integrity.flops"),
     (_other_arch, "integrity.architecture"), (_orphan, "integrity.architecture"),
     (_loss_not_trained, "integrity.lifecycle"), (_broken_growth, "validity.growth"),
@@ -128,6 +151,9 @@ def test_a_killed_run_resumes_from_its_directory(llm_run, tmp_path):
     assert run.run() == "duration"  # its duration, counted from the run's start, is long over
     events = [e["type"] for e in read_events(killed / "events.jsonl")]
     assert "run_resumed" in events and events[-1] == "run_finished"
+    checks = _checks(verify(killed))
+    # The attempt the killed controller left open ended with it: its slot is free again for the retry.
+    assert checks["plausibility.slot_exclusive"] and checks["plausibility.concurrency"]
     failed = [e for e in read_events(killed / "events.jsonl") if e["type"] == "trial_failed"]
     assert failed and failed[-1]["retry"] and "resumed" in failed[-1]["error"]
     assert verify(killed)["integrity_ok"]

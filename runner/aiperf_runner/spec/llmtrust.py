@@ -105,7 +105,8 @@ def official_presets(rules_version: str | None = None) -> tuple[str, ...]:
 
 
 def division(run: Mapping[str, Any], checks: list[dict[str, Any]], rules_version: str | None = None) -> str:
-    """official: an official preset, every integrity, validity, system and witness check passed; else open."""
-    groups = ("integrity", "validity", "system", "witness")
+    """official: an official preset, every integrity, validity, stability, plausibility, system and witness
+    check passed; else open."""
+    groups = ("integrity", "validity", "stability", "plausibility", "system", "witness")
     ok = all(c["passed"] for c in checks if str(c["name"]).split(".", 1)[0] in groups)
     return "official" if ok and run.get("preset") in official_presets(rules_version) else "open"

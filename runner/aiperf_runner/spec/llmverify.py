@@ -7,7 +7,8 @@ hash chain, run.json and the preset's data digests, the trials' lifecycle and ti
 hash, the seed's, each child equal to its parent's grown by the logged growths), every trial's tokens (its step
 budget x its batch) and FLOPs; `validity.*` — every growth kept its parent's function (the trial's logged
 probe gap within the tolerance), the best validation loss at or under the preset's gate, the run's duration,
-at least one finished trial. Only trials that finished count: their `train_end` FLOPs over the run's time
+at least one finished trial; `stability.*` and `plausibility.*` — the image workload's bounds on the score
+series, the peak, each trial's training rate, the slots and the log's times (spec/llmplausibility.py). Only trials that finished count: their `train_end` FLOPs over the run's time
 (run_started to run_finished) is the score.
 """
 
@@ -23,6 +24,8 @@ from . import rules as R
 from .eventlog import LogError, read_events
 from .llmflops import LlmArch, LlmArchError, train_flops_per_token
 from .llmgrowth import llm_arch_hash, replay
+from .llmplausibility import Occupancy
+from .llmplausibility import checks as plausibility_checks
 from .llmrules import GROWTH_TOLERANCE, RULES, WORKLOAD, LlmPreset, LlmPresetError, llm_preset
 from .llmrules import regulated_score_ops as llm_regulated
 from .llmrules import score_ops as llm_score
@@ -82,6 +85,9 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
     judged = trust_checks(run, events, registration=registration, witness_keys=witness_keys, records=records,
                           rules_version=witness_rules)
     checks += judged.checks
+    occupancy = Occupancy.of(events, story.flops_counted)
+    checks += plausibility_checks(occupancy, report["series"], run, judged.hardware, judged.peak,
+                                  judged.peak_source, R.thresholds(witness_rules or R.RULES_VERSION))
     report.update(peak_flops=judged.peak, peak_source=judged.peak_source, system={
         "registered": judged.hardware.registered, "describe": judged.hardware.describe()},
         efficiency=report["score_ops"] / judged.peak if judged.peak else None)
@@ -94,8 +100,9 @@ def _finish(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, A
     report["checks"] = checks
     report["integrity_ok"] = R.all_passed(checks, "integrity")
     report["valid"] = report["integrity_ok"] and R.all_passed(checks, "validity")
-    report["plausible"] = report["stable"] = report["valid"]
-    report["rejected"] = not report["integrity_ok"]
+    report["stable"] = report["valid"] and R.all_passed(checks, "stability")
+    report["plausible"] = report["integrity_ok"] and R.all_passed(checks, "plausibility")
+    report["rejected"] = not report["integrity_ok"] or bool(R.blocking(checks))
     if not report["integrity_ok"]:
         report["score_ops"] = report["regulated_score_ops"] = 0.0
     return report
@@ -112,10 +119,22 @@ def _preset(run: Mapping[str, Any]) -> tuple[LlmPreset | None, list[str]]:
     if run.get("rules") != RULES:
         problems.append(f"rules {run.get('rules')!r}, expected {RULES!r}")
     data = run.get("dataset") or {}
+    if preset.shards is not None:
+        return preset, problems + _shard_data_problems(preset, data)
     for key in ("train_sha256", "val_sha256", "train_bytes", "val_bytes"):
         if data.get(key) != getattr(preset, key):
             problems.append(f"dataset {key} {data.get(key)!r} is not the preset's {getattr(preset, key)!r}")
     return preset, problems
+
+
+def _shard_data_problems(preset: LlmPreset, data: Any) -> list[str]:
+    """A shard preset's data block (`llm`, `llm-bytes`): no corpus digest can be pinned, so the shards' format,
+    tokenizer, vocabulary and token counts are held to the preset's binding and the manifest's digest must be
+    one (spec/llmrules.py LlmShardBinding; the trials and the audit check the shards against it)."""
+    assert preset.shards is not None
+    if not isinstance(data, Mapping):
+        return [f"dataset is {type(data).__name__}, not an object"]
+    return preset.shards.problems(data)
 
 
 WITNESS_LINES = ("heartbeat", "witness")
@@ -250,6 +269,11 @@ class _Story:
     def _ended(self, trial: str, t: float, status: str) -> None:
         if trial in self.attempts:
             self.attempts[trial].update(ended=t, status=status)
+
+    def flops_counted(self, train_end: Mapping[str, Any]) -> int | None:
+        """The rules' FLOPs of a `train_end` line the story accepted (None for any other)."""
+        trained = self.trained.get((train_end.get("trial"), train_end.get("attempt")))  # type: ignore[arg-type]
+        return trained.get("flops_counted") if trained else None
 
     def kept_weights(self) -> dict[str, dict[str, Any]]:
         """{trial: {sha256, val_loss}} of every finished trial whose weights the log names (each child trains
