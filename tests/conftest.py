@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +33,32 @@ def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = LlmRun.create(LlmRunConfig(slots=2, duration_s=24, devices_per_slot=1), run_dir, say=lambda _: None)
     assert run.run() in ("duration", "exhausted")
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def llm_shard_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two text files (a seeded Markov text, 300 kB) staged as byte-level shards through the command line
+    (`aiperf-runner stage --workload llm`), and a 20-second `run --workload llm --preset llm-bytes --data DIR` on
+    them (two slots of one process), made once per session: tests/runner/test_llm_shards_run.py checks it and the
+    service's audit test (tests/service/test_llm_audit.py) audits a copy. Read-only."""
+    pytest.importorskip("torch")
+    from aiperf_runner.data import llmtext
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "aiperf_runner", *argv], capture_output=True, text=True,
+                              timeout=180, cwd=repo, env=env)
+
+    root = tmp_path_factory.mktemp("llm-shards")
+    text = llmtext.generate(300_000, 11, "train")
+    (root / "text").mkdir()
+    (root / "text" / "a.txt").write_bytes(text[:120_000])
+    (root / "text" / "b.txt").write_bytes(text[120_000:])
+    stage = cli("stage", "--workload", "llm", "--data", str(root / "text"), "--to", str(root / "shards"), "--json")
+    assert stage.returncode == 0, stage.stderr
+    run = cli("run", "--workload", "llm", "--preset", "llm-bytes", "--data", str(root / "shards"), "--slots", "2",
+              "--devices-per-slot", "1", "--duration", "20s", "--out", str(root / "run"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    return {"root": root, "text": text, "stage": json.loads(stage.stdout), "run": root / "run", "out": run.stdout}

@@ -31,11 +31,14 @@ if TYPE_CHECKING:
 def run(
     workload: str = typer.Option("image", "--workload", help="image (the AIPerf benchmark: CNNs on images) or llm "
                                                               "(AIPerf-LLM: transformer language models; presets "
-                                                              "llm-smoke)."),
+                                                              "llm-smoke, llm-kjv, llm, llm-bytes)."),
     preset: str = typer.Option(None, "--preset", help="smoke (generated data, minutes on a CPU; the default), "
                                                        "cifar or imagenet (the official workload; needs --data); "
-                                                       "with --workload llm: llm-smoke (the default) or llm-kjv "
-                                                       "(real text: Debian's bible-kjv)."),
+                                                       "with --workload llm: llm-smoke (the default), llm-kjv "
+                                                       "(real text: Debian's bible-kjv), llm (GPU clusters: "
+                                                       "GPT-2-tokenised web text as llm.c shards, --data) or "
+                                                       "llm-bytes (the same path on byte-level shards of any "
+                                                       "text, --data: a CPU try)."),
     slots: int = typer.Option(None, "--slots", min=1, help="Trials run at once (default: 1 with local, which splits "
                                                            "this machine's devices; the nodes available with slurm)."),
     duration: str = typer.Option(None, "--duration", help="Run length, e.g. 5m, 1h (default: the preset's). "
@@ -50,7 +53,10 @@ def run(
                                               "out between the slots, so that one slot uses the whole machine)."),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 for the imagenet preset on GPUs, else "
                                                                  "fp32), fp32, tf32, bf16 or fp16 (autocast)."),
-    data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet)."),
+    data: str = typer.Option(None, "--data", help="ImageFolder directory with train/ and val/ (cifar, imagenet). "
+                                                   "--workload llm, presets llm and llm-bytes: the directory of "
+                                                   "the token shards and their manifest (`stage --workload "
+                                                   "llm`), verified before the clock starts."),
     data_manifest: str = typer.Option(None, "--data-manifest", metavar="FILE",
                                       help="A pack's manifest (stage --manifest-to) where this machine reads "
                                            "it, when --data is a pack on the compute nodes' own disks."),
@@ -135,15 +141,14 @@ def run(
     from aiperf_runner.run.progress import make_progress
 
     if workload == "llm" or (resume is not None and _is_llm_run(resume)):
-        if rehearsal:
-            raise AiperfError("--rehearsal is for the image workload: AIPerf-LLM has no rehearsal tokens yet")
         registration, service = _registration(system, offline, server, token) if resume is None else (None, None)
         if resume is not None and not offline:
             from aiperf_runner.client.service import find_service
 
             service = find_service(server, token, required=False)
         _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume,
-                 service, registration, trial_module if trial_module != TRIAL_MODULE else None)
+                 service, registration, trial_module if trial_module != TRIAL_MODULE else None, data,
+                 rehearsal=rehearsal)
         return
     if workload != "image":
         raise AiperfError(f"unknown --workload {workload!r}: image or llm")
@@ -304,9 +309,10 @@ def _is_llm_run(run_dir: Path) -> bool:
 
 def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
              devices_per_slot: int, max_retries: int, resume: Path | None, service: Service | None,
-             registration: dict[str, Any] | None, trial_module: str | None = None) -> None:
+             registration: dict[str, Any] | None, trial_module: str | None = None, data: str | None = None,
+             rehearsal: bool = False) -> None:
     """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run on this machine (run/llmrun.py),
-    witnessed by `service` when `--system` names a `registration`."""
+    witnessed by `service` when `--system` names a `registration`; `data`: a shard preset's shards (`--data`)."""
     from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, summary
 
     if resume is not None:
@@ -316,7 +322,8 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
         typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
     else:
         config = LlmRunConfig(preset=preset, slots=slots or 1, seed=seed, devices_per_slot=devices_per_slot,
-                              duration_s=parse_duration(duration) if duration else None, max_retries=max_retries)
+                              duration_s=parse_duration(duration) if duration else None, max_retries=max_retries,
+                              data=data, rehearsal=rehearsal)
         if trial_module:
             config.trial_module = trial_module
         run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -338,3 +345,6 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
                f"{done['flops']:.4g} FLOPs trained, best validation loss {best} nats; morphisms used: "
                f"{', '.join(done['morphisms']) or 'none'}")
     typer.echo(f"verify it: aiperf-runner verify {run_dir}")
+    if config.rehearsal:
+        typer.echo(f"a rehearsal, never ranked: `aiperf-runner submit --rehearsal {run_dir}` has it verified and "
+                   "audited for this site only")

@@ -1,6 +1,11 @@
 """`aiperf-runner stage`: an ImageFolder data set packed into node-local shards before a run (data/shards.py),
 or an existing pack verified; `--slurm` does it on every node of the current allocation at once.
 
+`--workload llm` stages AIPerf-LLM's token shards (data/llmshards.py): `--data TEXT_FILES_OR_DIR --to DIR` writes
+byte-level shards of any text and their manifest (preset `llm-bytes`); `--manifest DIR --tokenizer gpt2 --vocab
+50257` writes the manifest of llm.c shards a site already has (preset `llm`); `--verify-only --to DIR` re-hashes
+shards against their manifest.
+
 Staging is not part of a run: it happens before the run's clock starts, and the time it took is printed
 here, never scored. The run then reads the pack with `--data` pointing at it.
 """
@@ -70,11 +75,59 @@ def _text(r: dict[str, Any]) -> str:
             f"{r['bytes'] / 1e6:,.1f} MB, {r['seconds']:.1f} s{rate}\n  digest {r['digest']}")
 
 
+def _llm_report(path: Path, manifest: dict[str, Any], written: bool, seconds: float, what: str) -> dict[str, Any]:
+    splits = manifest["splits"]
+    return {"node": node_name(), "path": str(path), "workload": "llm", "done": what, "written": written,
+            "tokenizer": manifest["tokenizer"], "vocab": manifest["vocab"],
+            "shards": sum(len(s["shards"]) for s in splits.values()), "train_tokens": splits["train"]["tokens"],
+            "val_tokens": splits["val"]["tokens"], "seconds": round(seconds, 3), "digest": manifest["digest"]}
+
+
+def _llm_text(r: dict[str, Any]) -> str:
+    return (f"node {r['node']}: {r['done']} {r['path']}: {r['shards']} shards, {r['train_tokens']:,} training and "
+            f"{r['val_tokens']:,} validation tokens ({r['tokenizer']}, vocabulary {r['vocab']:,}), "
+            f"{r['seconds']:.1f} s\n  digest {r['digest']}")
+
+
+def _stage_llm(data: list[Path], to: str | None, manifest_dir: Path | None, tokenizer: str | None,
+               vocab: int | None, val_tokens: int, verify_only: bool) -> dict[str, Any]:
+    """`stage --workload llm`: shards written from text, a manifest written for shards already there, or shards
+    verified against their manifest (every shard re-hashed)."""
+    from aiperf_runner.data import llmshards
+
+    start = time.monotonic()
+    if manifest_dir is not None:
+        if data or to:
+            raise AiperfError("--manifest DIR writes the manifest of the shards in DIR: give neither --data nor --to")
+        if not tokenizer:
+            raise AiperfError("--manifest needs --tokenizer (gpt2 for llm.c's GPT-2 shards) and, for a tokenizer "
+                              f"other than {', '.join(llmshards.TOKENIZERS)}, --vocab")
+        vocab = vocab if vocab is not None else llmshards.TOKENIZERS.get(tokenizer)
+        if vocab is None:
+            raise AiperfError(f"tokenizer {tokenizer!r} is not known here: give its vocabulary with --vocab")
+        manifest = llmshards.write_manifest(manifest_dir, tokenizer, vocab)
+        return _llm_report(manifest_dir, manifest, True, time.monotonic() - start, "manifest written for")
+    if to is None:
+        raise AiperfError("give --to DIR (where the shards go, or which to verify), or --manifest DIR")
+    dst = expand(to, node_name())
+    if verify_only:
+        return _llm_report(dst, llmshards.verify(dst), False, time.monotonic() - start, "verified (every shard hashed)")
+    if not data:
+        raise AiperfError("give --data TEXT_FILES_OR_DIR (text to stage as byte-level shards), or --verify-only, "
+                          "or --manifest DIR for shards tokenised elsewhere")
+    result = llmshards.write_shards(data, dst, tokenizer or "bytes", val_tokens=val_tokens)
+    return _llm_report(dst, result.manifest, result.written, result.seconds,
+                       "staged" if result.written else "already staged, verified")
+
+
 def stage_cmd(
-    to: Annotated[str, typer.Option("--to", metavar="LOCAL", help="Where the pack goes (node-local storage); "
-                                    "%n is the node's name, %% a percent sign.")],
-    data: Annotated[Path | None, typer.Option("--data", metavar="DIR", help="The ImageFolder tree to pack "
-                                              "(train/<class>/<image>, val/<class>/<image>).")] = None,
+    to: Annotated[str | None, typer.Option("--to", metavar="LOCAL", help="Where the pack goes (node-local storage); "
+                                           "%n is the node's name, %% a percent sign. --workload llm: where the "
+                                           "byte-level shards go.")] = None,
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH", help="The ImageFolder tree to pack "
+                                                    "(train/<class>/<image>, val/<class>/<image>). --workload llm: "
+                                                    "text files, or directories of them (repeatable), staged as "
+                                                    "byte-level shards.")] = None,
     shard_mb: Annotated[int, typer.Option("--shard-mb", metavar="N", min=1, help="Shard size in MiB.")] = 256,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Threads reading and writing.")] = 8,
     verify_only: Annotated[bool, typer.Option("--verify-only", help="Only verify the pack at --to.")] = False,
@@ -86,16 +139,46 @@ def stage_cmd(
     manifest_to: Annotated[Path | None, typer.Option("--manifest-to", metavar="FILE", help="Also copy the pack's "
                                                      "manifest here (shared storage), for run --data-manifest when "
                                                      "the controller cannot see the nodes' disks.")] = None,
+    workload: Annotated[str, typer.Option("--workload", help="image (an ImageFolder pack) or llm (AIPerf-LLM's "
+                                          "token shards and their manifest).")] = "image",
+    manifest: Annotated[Path | None, typer.Option("--manifest", metavar="DIR", help="--workload llm: write the "
+                                                  "manifest of the llm.c .bin shards already in DIR (a name with "
+                                                  "'val' in it: a validation shard), every shard hashed.")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", metavar="NAME", help="--workload llm: the shards' "
+                                                  "tokenizer: bytes (the default with --data: a token is a byte) "
+                                                  "or, with --manifest, the one that made them (gpt2 for llm.c's "
+                                                  "GPT-2 shards).")] = None,
+    vocab: Annotated[int | None, typer.Option("--vocab", min=1, max=65536, help="--workload llm --manifest: the "
+                                              "tokenizer's vocabulary (default: gpt2 50257, bytes 256).")] = None,
+    val_tokens: Annotated[int, typer.Option("--val-tokens", metavar="N", min=1, help="--workload llm --data: the "
+                                            "first N bytes of the text are the validation shard (llm-bytes "
+                                            "evaluates 65,536).")] = 65_536,
 ) -> None:
     """Pack an ImageFolder data set into a few large shards with a manifest on node-local storage (or verify a
     pack there), before a run: then `run --data LOCAL` reads the shards. A pack already at --to is verified,
-    not rewritten."""
+    not rewritten. With --workload llm: AIPerf-LLM's token shards (byte-level shards of text, or the manifest of
+    llm.c shards a site has) for `run --workload llm --preset llm|llm-bytes --data DIR`."""
+    if workload == "llm":
+        if slurm or manifest_to is not None:
+            raise AiperfError("--slurm and --manifest-to are for image packs: token shards are read where they are")
+        report = _stage_llm(data or [], to, manifest, tokenizer, vocab, val_tokens, verify_only)
+        typer.echo(json.dumps(report) if as_json else _llm_text(report))
+        return
+    if workload != "image":
+        raise AiperfError(f"unknown --workload {workload!r}: image or llm")
+    if manifest is not None or tokenizer is not None or vocab is not None:
+        raise AiperfError("--manifest, --tokenizer and --vocab are for --workload llm")
     from aiperf_runner.data import shards  # numpy: not at the command line's start
 
-    if not verify_only and data is None:
+    if to is None:
+        raise AiperfError("give --to LOCAL (where the pack goes)")
+    if data is not None and len(data) > 1:
+        raise AiperfError("give one --data DIR (the ImageFolder tree to pack)")
+    tree = data[0] if data else None
+    if not verify_only and tree is None:
         raise AiperfError("give --data DIR (the ImageFolder tree to pack), or --verify-only")
     if slurm:
-        argv = srun_argv(_options(data, to, shard_mb, workers, verify_only, full, as_json, manifest_to))
+        argv = srun_argv(_options(tree, to, shard_mb, workers, verify_only, full, as_json, manifest_to))
         raise typer.Exit(subprocess.run(argv, check=False).returncode)
     node = node_name()
     dst = expand(to, node)
@@ -105,8 +188,8 @@ def stage_cmd(
             raise shards.ShardError(f"{dst}: no pack there")
         report = _report(node, dst, shards.verify(dst, full=full), False, full, time.monotonic() - start)
     else:
-        assert data is not None
-        result = shards.pack(data, dst, shard_bytes=shard_mb << 20, workers=workers, full=full)
+        assert tree is not None
+        result = shards.pack(tree, dst, shard_bytes=shard_mb << 20, workers=workers, full=full)
         report = _report(node, dst, result.manifest, result.packed, full, result.seconds)
     if manifest_to is not None:
         copy_manifest(dst, manifest_to)

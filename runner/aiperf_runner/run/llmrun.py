@@ -8,6 +8,11 @@ parent's weights); until then its proposal waits. Main-log events (docs/log-form
 run_started, trial_proposed, trial_started, train_end (copied from the trial's log), trial_finished,
 trial_failed, trial_cancelled, run_finished. At the duration, running trials are stopped and their work is
 not counted (only a trial's `train_end` counts).
+
+A shard preset (`llm`, `llm-bytes`: data/llmshards.py) trains on the token shards in `--data DIR`: before the
+clock starts the run verifies their manifest (every shard re-hashed; the time is printed, never scored) and
+refuses shards the preset does not bind; run.json's `dataset` records the manifest's digest, tokenizer and token
+counts, each trial.json the digest (`data_digest`), and `local/private.json` the directory (never bundled).
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiperf_runner import __version__
 from aiperf_runner.run import llmwitness
+from aiperf_runner.rundir.privacy import read_private, write_private
 from aiperf_runner.search.llmhparams import LlmHparamSearch
 from aiperf_runner.search.llmsearch import LlmArchitectureSearch, LlmProposal
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.eventlog import EventWriter, read_events
-from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset
+from aiperf_runner.spec.llmrules import LLM_PRESETS, RULES, WORKLOAD, LlmPreset, llm_preset
 from aiperf_runner.util import sysinfo
 
 if TYPE_CHECKING:
@@ -55,6 +61,8 @@ class LlmRunConfig:
     devices_per_slot: int = 0  # 0: this machine's cores (or GPUs) shared out between the slots
     max_retries: int = 1
     trial_module: str = "aiperf_runner.train.llm.trialmain"  # the trial program (tests run dishonest ones)
+    data: str | None = None  # a shard preset's token shards (data/llmshards.py); the byte presets make their text
+    rehearsal: bool = False  # run --rehearsal: on a rehearsal token (never ranked; submit --rehearsal)
 
 
 @dataclass
@@ -106,7 +114,12 @@ class LlmRun:
         run_dir = Path(run_dir)
         if (run_dir / "run.json").exists():
             raise LlmRunError(f"{run_dir} already holds a run: choose another --out")
+        if config.data is not None:
+            config.data = os.path.abspath(config.data)  # the trials and a --resume may start elsewhere
+        dataset = _check_shards(preset, config.data, say)
         (run_dir / "trials").mkdir(parents=True, exist_ok=True)
+        if config.data is not None:
+            write_private(run_dir, {"data": config.data})  # a path of the site: never in run.json or the bundle
         config.duration_s = config.duration_s or preset.default_duration_s
         config.devices_per_slot = config.devices_per_slot or _devices_per_slot(config.slots)
         device_type = _device_type()
@@ -119,14 +132,16 @@ class LlmRun:
             "slots": config.slots, "devices_per_slot": config.devices_per_slot, "duration_s": config.duration_s,
             "seed": config.seed, "max_retries": config.max_retries, "runner_version": __version__,
             **({"trial_module": config.trial_module} if config.trial_module != LlmRunConfig.trial_module else {}),
-            "spec_version": SPEC_VERSION, "dataset": preset.to_json(), "device_type": device_type,
+            "spec_version": SPEC_VERSION, "dataset": dataset, "device_type": device_type,
             "precision": "bf16" if device_type == "cuda" else "fp32", "system": system,
             "declared_peak_flops": peaks, "declared_peak_source": peak_sources, "created_at": time.time(),
             # What a run token binds, where an image run's run.json keeps it (spec/witness.py TOKEN_BOUND).
             "config": {"slots": config.slots, "devices_per_slot": config.devices_per_slot,
-                       "duration_s": config.duration_s},
+                       "duration_s": config.duration_s, **({"rehearsal": True} if config.rehearsal else {})},
         }
         token = None
+        if config.rehearsal and (service is None or registration is None):
+            raise LlmRunError("--rehearsal needs --system: a rehearsal is witnessed by the service like an official run")
         if service is not None and registration is not None:
             system.update(id=registration["id"], registration=dict(registration),
                           name=system.get("name") or registration.get("name") or "")
@@ -135,7 +150,7 @@ class LlmRun:
         (run_dir / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True) + "\n")
         if search_factory is None:
             search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
-            hparams = LlmHparamSearch(seed=config.seed, batch_tokens=preset.batch_tokens)
+            hparams = LlmHparamSearch(seed=config.seed, **_hparam_options(preset))
         else:
             search, hparams = search_factory(preset, config.seed)
         log = EventWriter(run_dir / "events.jsonl")
@@ -143,7 +158,7 @@ class LlmRun:
         witnessed = {"token": token["token"]} if token else {}
         self.started_at = log.append("run_started", run_id=run_json["run_id"], workload=WORKLOAD, preset=preset.name, rules=RULES,
                    slots=config.slots, devices_per_slot=config.devices_per_slot, runner_version=__version__,
-                   spec_version=SPEC_VERSION, dataset=preset.to_json(), device_type=run_json["device_type"],
+                   spec_version=SPEC_VERSION, dataset=dataset, device_type=run_json["device_type"],
                    **witnessed)["t"]
         if token is not None and service is not None:
             self.witness = llmwitness.LlmWitness(service, token["token"], log, self._figures, say)
@@ -160,8 +175,11 @@ class LlmRun:
         config = LlmRunConfig(preset=run_json["preset"], slots=run_json["slots"], duration_s=run_json["duration_s"],
                               seed=run_json["seed"], devices_per_slot=run_json["devices_per_slot"],
                               max_retries=run_json.get("max_retries", 1),
-                              trial_module=run_json.get("trial_module", LlmRunConfig.trial_module))
+                              trial_module=run_json.get("trial_module", LlmRunConfig.trial_module),
+                              rehearsal=bool((run_json.get("config") or {}).get("rehearsal")))
         preset = llm_preset(config.preset)
+        if preset.shards is not None:
+            config.data = _resumed_shards(run_dir, preset, run_json)
         log = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the kill
         events = read_events(run_dir / "events.jsonl")
         if events[-1]["type"] == "run_finished":
@@ -176,7 +194,7 @@ class LlmRun:
             **_search_options(preset, config))
         hparams = LlmHparamSearch.from_history(
             [{"trial": t.trial, "hparams": t.hparams, "loss": t.loss, "hparam_source": t.source}
-             for t in trials.values()], seed=config.seed, batch_tokens=preset.batch_tokens)
+             for t in trials.values()], seed=config.seed, **_hparam_options(preset))
         self = cls(run_dir, config, preset, run_json, log, search, hparams, say, trials=trials,
                    by_hash={t.proposal.arch_hash: t.trial for t in trials.values()},
                    started_at=events[0]["t"])
@@ -286,6 +304,8 @@ class LlmRun:
                 "parent_arch": parent.proposal.arch.to_dict() if parent else None, "hparams": trial.hparams,
                 "steps": self.preset.steps_per_trial, "seed": self.config.seed * 100_003 + int(trial.trial[1:]),
                 "world": self.config.devices_per_slot}
+        if self.preset.shards is not None:  # the trial refuses shards whose manifest is not the run's
+            spec["data_digest"] = self.run_json["dataset"]["digest"]
         (trial_dir / "trial.json").write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
         threads = max(1, (os.cpu_count() or 1) // (self.config.slots * self.config.devices_per_slot))
         env = {**os.environ, "AIPERF_THREADS_PER_RANK": str(threads), "OMP_NUM_THREADS": str(threads)}
@@ -401,6 +421,60 @@ def _check_data(preset: LlmPreset) -> None:
             kjv_text()
         except TextError as exc:
             raise LlmRunError(f"{preset.name}: {exc}") from None
+
+
+def _check_shards(preset: LlmPreset, data: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+    """run.json's `dataset` block: the preset's; for a shard preset with the facts of the manifest in `data`, which
+    is verified here, before the clock starts (every shard re-hashed: the time is printed, not scored)."""
+    if preset.shards is None:
+        if data is not None:
+            raise LlmRunError(f"{preset.name} makes its own text: --data is for the shard presets "
+                              f"({', '.join(n for n, p in LLM_PRESETS.items() if p.shards is not None)})")
+        return preset.to_json()
+    from aiperf_runner.data import llmshards
+
+    if data is None:
+        raise LlmRunError(f"{preset.name} trains on token shards: give --data DIR, a directory of llm.c .bin shards "
+                          f"with their manifest {llmshards.MANIFEST} (`aiperf-runner stage --workload llm`)")
+    start = time.monotonic()
+    try:
+        manifest = llmshards.verify(data)
+        dataset = llmshards.check_preset(manifest, preset)
+    except llmshards.ShardError as exc:
+        raise LlmRunError(f"{preset.name}: {exc}") from None
+    say(f"data: {dataset['train_shards'] + dataset['val_shards']} shards, {dataset['train_tokens']:,} training and "
+        f"{dataset['val_tokens']:,} validation tokens ({dataset['tokenizer']}), manifest {dataset['digest'][:16]}... "
+        f"verified in {time.monotonic() - start:.1f} s (before the clock: not scored)")
+    return dataset
+
+
+def _resumed_shards(run_dir: Path, preset: LlmPreset, run_json: dict[str, Any]) -> str:
+    """A resumed shard run's data directory (local/private.json), its manifest still the run's (read, not
+    re-hashed: the clock runs; every trial checks the shards' headers and sizes)."""
+    from aiperf_runner.data import llmshards
+
+    data = read_private(run_dir).get("data")
+    if not data:
+        raise LlmRunError(f"{run_dir}: the run's shard directory is not recorded (local/private.json data)")
+    try:
+        manifest = llmshards.read_manifest(data)
+    except llmshards.ShardError as exc:
+        raise LlmRunError(f"{preset.name}: {exc}") from None
+    if manifest["digest"] != (run_json.get("dataset") or {}).get("digest"):
+        raise LlmRunError(f"{data}: its manifest is not the one this run verified (digest "
+                          f"{manifest['digest'][:16]}...)")
+    return str(data)
+
+
+def _hparam_options(preset: LlmPreset) -> dict[str, Any]:
+    """The hyper-parameter search's options for `preset`: its batches, and its seed point's rate if it has one."""
+    if preset.seed_lr is None:
+        return {"batch_tokens": preset.batch_tokens}
+    from aiperf_runner.search.llmhparams import DEFAULTS, LlmSpace, _nearest
+
+    seed_point = {**DEFAULTS, "lr": preset.seed_lr,
+                  "batch_tokens": _nearest(DEFAULTS["batch_tokens"], preset.batch_tokens)}
+    return {"space": LlmSpace(batch_tokens=preset.batch_tokens, defaults=seed_point)}
 
 
 def _search_options(preset: LlmPreset, config: LlmRunConfig) -> dict[str, Any]:

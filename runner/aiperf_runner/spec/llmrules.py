@@ -1,21 +1,28 @@
 """AIPerf-LLM's presets and rules (`llm-v1`): what a run of `--workload llm` trains, the gate its best model
 must pass, and its score. Torch-free: the verifier (spec/llmverify.py) and the runner read the same facts.
 
-- **Presets** (`LLM_PRESETS`): the data set (bound by SHA-256), the seed transformer, each trial's budget in
-  optimizer steps, the search's size bounds, the default duration, and the validation-loss gate.
+- **Presets** (`LLM_PRESETS`): the data set, the seed transformer, each trial's budget in optimizer steps, the
+  search's size bounds, the default duration, and the validation-loss gate. A byte preset (`llm-smoke`,
+  `llm-kjv`) binds its text by the SHA-256 of its training and validation bytes. A shard preset (`llm`,
+  `llm-bytes`) trains on pre-tokenised shards the site stages itself (data/llmshards.py): it cannot pin the
+  SHA-256 of a corpus this project does not ship, so it binds the shards' format, the tokenizer and its
+  vocabulary, the tokens the frozen evaluation reads and the least training tokens (`LlmShardBinding`), and the
+  run records the manifest's digest, which every trial and the audit check the shards against.
 - **Growth tolerance**: a child trial starts from its parent's weights grown by function-preserving
   morphisms; the grown model's logits on a fixed probe batch (the first `PROBE_SEQUENCES` windows of the
   validation text) may differ from the parent's by at most `GROWTH_TOLERANCE` (float rounding of widened
   sums; an inserted block is bit-exact).
 - **Score**: FLOPs of every token trained in a finished trial (spec.llmflops, rules llm-v1) over the run's
   time, as for images. **Regulated score**: score x |ln(1 - exp(-L))|, L the best validation loss in nats
-  per byte: exp(-L) is the geometric mean of the probability the model gives the true next byte, the
-  language model's counterpart of the image workload's accuracy (docs/score.md).
+  per byte (per token for a shard preset): exp(-L) is the geometric mean of the probability the model gives
+  the true next byte (token), the language model's counterpart of the image workload's accuracy
+  (docs/score.md).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,16 +51,66 @@ class LlmPresetError(AiperfError, ValueError):
     """An unknown AIPerf-LLM preset."""
 
 
+SHARD_FORMAT = "aiperf-llm-shards/1"
+"""The shard presets' data: llm.c's token shards (a 256 x int32 header, magic 20240520, version 1, the token count;
+then uint16 tokens) and the manifest `aiperf-llm-shards.json` (data/llmshards.py)."""
+_HEX = frozenset("0123456789abcdef")
+
+
+def _count(value: Any) -> int | None:
+    """A count from run.json: a non-negative int (never a bool, never a float), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class LlmShardBinding:
+    """What a shard preset binds of its data, since it cannot bind the corpus's SHA-256: the format, the tokenizer
+    and its vocabulary, `eval_tokens` (the frozen evaluation reads the first `eval_tokens` tokens of the validation
+    split, which must hold at least as many) and `min_train_tokens`."""
+
+    tokenizer: str
+    vocab: int
+    eval_tokens: int
+    min_train_tokens: int
+    format: str = SHARD_FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "tokenizer": self.tokenizer, "vocab": self.vocab,
+                "eval_tokens": self.eval_tokens, "min_train_tokens": self.min_train_tokens}
+
+    def problems(self, data: Mapping[str, Any]) -> list[str]:
+        """What of a `dataset` block (run.json's, or a manifest's facts with this binding) differs from the
+        binding: format, tokenizer, vocabulary, the evaluation's tokens, too few validation or training tokens,
+        a digest that is not 64 lower-case hex digits. Empty: it agrees."""
+        out = [f"dataset {key} {data.get(key)!r} is not the preset's {want!r}"
+               for key, want in (("format", self.format), ("tokenizer", self.tokenizer), ("vocab", self.vocab),
+                                 ("eval_tokens", self.eval_tokens)) if data.get(key) != want]
+        val, train = _count(data.get("val_tokens")), _count(data.get("train_tokens"))
+        if val is None or val < self.eval_tokens:
+            out.append(f"dataset val_tokens {data.get('val_tokens')!r}: the preset's evaluation reads "
+                       f"{self.eval_tokens:,} validation tokens")
+        if train is None or train < self.min_train_tokens:
+            out.append(f"dataset train_tokens {data.get('train_tokens')!r}: the preset needs at least "
+                       f"{self.min_train_tokens:,} training tokens")
+        digest = data.get("digest")
+        if not (isinstance(digest, str) and len(digest) == 64 and set(digest) <= _HEX):
+            out.append(f"dataset digest {digest!r} is not a manifest's SHA-256 (64 lower-case hex digits)")
+        return out
+
+
 @dataclass(frozen=True)
 class LlmPreset:
-    """One preset of `--workload llm`; `loss_gate` is in nats per byte of the frozen evaluation."""
+    """One preset of `--workload llm`; `loss_gate` is in nats per byte (per token for a shard preset) of the frozen
+    evaluation. A byte preset binds `train_bytes`, `val_bytes`, `train_sha256`, `val_sha256` (None for a shard
+    preset); a shard preset has its `shards` binding instead. `seed_lr`: the learning rate of the hyper-parameter
+    search's seed point when not the search's default (search/llmhparams.py)."""
 
     name: str
     data: str
-    train_bytes: int
-    val_bytes: int
-    train_sha256: str
-    val_sha256: str
+    train_bytes: int | None
+    val_bytes: int | None
+    train_sha256: str | None
+    val_sha256: str | None
     seed_arch: LlmArch
     steps_per_trial: int
     loss_gate: float
@@ -65,8 +122,15 @@ class LlmPreset:
     batch_tokens: tuple[int, ...] = (2048, 4096, 8192)
     floor_nats: float | None = None
     gate_reason: str = ""
+    shards: LlmShardBinding | None = None
+    seed_lr: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The preset's part of run.json's `dataset` block (a shard run adds its manifest's facts to it)."""
+        if self.shards is not None:
+            return {"name": self.name, "data": self.data, **self.shards.to_json(),
+                    "seed_arch": self.seed_arch.to_dict(), "steps_per_trial": self.steps_per_trial,
+                    "loss_gate": self.loss_gate, "floor_nats": self.floor_nats}
         return {"name": self.name, "data": self.data, "train_bytes": self.train_bytes, "val_bytes": self.val_bytes,
                 "train_sha256": self.train_sha256, "val_sha256": self.val_sha256,
                 "seed_arch": self.seed_arch.to_dict(), "steps_per_trial": self.steps_per_trial,
@@ -109,6 +173,53 @@ LLM_PRESETS: dict[str, LlmPreset] = {
         gate_reason="the worst of five reference runs (5 minutes, 2 slots on 2 CPU cores: 1.452 to 1.470 nats, "
                     "bench/llm_gate.py) plus 0.25, rounded up to 0.05; a model of byte frequencies scores 3.13 "
                     "on the validation text, one of byte pairs 2.41",
+    ),
+    # The production preset: pre-tokenised web text (e.g. FineWeb or FineWeb-Edu tokenised with GPT-2's BPE by
+    # llm.c's dev/data/fineweb.py), staged by the site (`stage --workload llm --manifest DIR`), for GPU clusters.
+    "llm": LlmPreset(
+        name="llm",
+        data="shards/gpt2",
+        train_bytes=None, val_bytes=None, train_sha256=None, val_sha256=None,
+        shards=LlmShardBinding(tokenizer="gpt2", vocab=50257, eval_tokens=10_485_760,
+                               min_train_tokens=1_000_000_000),
+        # GPT-2 small's shape (12 blocks, 12 heads x 64, d_model 768, context 1024) in this decoder's terms:
+        # SwiGLU's three matrices of 2048 hold what GPT-2's two of 3072 hold; the head is untied (162 M parameters).
+        seed_arch=LlmArch(vocab=50257, d_model=768, seq_len=1024, layers=(LlmLayer(12, 64, 2048),) * 12),
+        steps_per_trial=1000,
+        loss_gate=4.5,
+        default_duration_s=3600.0,
+        min_duration_s=3600.0,
+        max_layers=24, max_mlp_hidden=6144, max_heads_per_layer=16,
+        batch_tokens=(65536, 131072, 262144),
+        floor_nats=None,
+        seed_lr=6e-4,
+        gate_reason="in nats per GPT-2 token, not per byte; provisional, not measured: no reference run could be "
+                    "made where this preset was written (no GPU, no corpus). Set from published figures: a GPT-2 "
+                    "(124M) model trained by llm.c's trainer reaches 3.28 nats per token on FineWeb's validation "
+                    "shard after 10B tokens (llm.c; modded-nanogpt's README), and a uniform guess over 50,257 "
+                    "tokens scores 10.82; 4.5 is meant to be passed by a run whose best lineage of trials trained a "
+                    "few hundred million tokens (an expectation, not a measurement). To be replaced, as the other "
+                    "presets' gates were set, by the worst best loss of reference runs plus a margin",
+    ),
+    # The same data path (shards, manifest, --data) with the byte-level tokenizer: `stage --workload llm --data
+    # TEXT` makes its shards from any text, so the path can be tried on a CPU with nothing downloaded.
+    "llm-bytes": LlmPreset(
+        name="llm-bytes",
+        data="shards/bytes",
+        train_bytes=None, val_bytes=None, train_sha256=None, val_sha256=None,
+        shards=LlmShardBinding(tokenizer="bytes", vocab=256, eval_tokens=65_536, min_train_tokens=131_072),
+        seed_arch=LlmArch(vocab=256, d_model=64, seq_len=64, layers=(LlmLayer(2, 16, 128),) * 2),
+        steps_per_trial=40,
+        loss_gate=4.0,
+        default_duration_s=120.0,
+        min_duration_s=60.0,
+        max_layers=6, max_mlp_hidden=512, max_heads_per_layer=8,
+        batch_tokens=(1024, 2048, 4096),
+        floor_nats=None,
+        gate_reason="a trial form on whatever text the site staged, so no reference run can set it: 4.0 is 1.55 "
+                    "nats under a uniform guess over 256 bytes (5.55), so a model that learned nothing fails it; "
+                    "an English text's byte frequencies alone score about 3 (llm-kjv's 3.13), so passing it says "
+                    "little. Never an official preset",
     ),
 }
 

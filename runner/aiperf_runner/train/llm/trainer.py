@@ -7,7 +7,9 @@ seconds:
 - **batches**: each step, every rank draws its own `seq_len + 1`-byte windows at random positions of the
   training bytes (input = the first seq_len, target = the last seq_len), from a generator seeded by
   (seed, rank): the ranks see different windows and a rerun sees the same ones. `batch_tokens` is the
-  global batch: seq_len x sequences per rank x ranks.
+  global batch: seq_len x sequences per rank x ranks. Token shards (data/llmshards.py, the shard presets)
+  come as a `TokenWindows` instead of bytes: the same generator draws window numbers, the shards' memory maps
+  give the windows (a corpus of one shard gives the windows its bytes would).
 - **data parallel**: when `torch.distributed` is initialised with more than one rank, the model is
   wrapped in DDP (gloo on CPU, NCCL on CUDA); a time budget is decided by rank 0 and broadcast each step
   with the schedule's progress, so every rank takes the same steps at the same learning rate.
@@ -17,22 +19,25 @@ seconds:
 - **precision**: bf16 autocast on CUDA, fp32 on CPU; the loss is computed in fp32.
 - **counting**: trained tokens are the targets of every window (all real: no padding), summed over ranks;
   FLOPs are `spec.llmflops.train_flops(arch, lengths)` of those windows, the rules' count.
-- **validation** (`evaluate`): the frozen evaluation. The whole validation text in non-overlapping
-  windows, in order (window i: inputs val[iT : iT+T], targets val[iT+1 : iT+T+1]; the last window may be
-  shorter), every byte but the first a target exactly once; the loss is the mean over those targets, in
-  nats. Windows are shared round-robin between ranks and the sums added, so the figure does not depend
-  on the number of ranks (up to float rounding).
+- **validation** (`evaluate`): the frozen evaluation. The whole validation text (bytes, or a shard preset's
+  validation tokens as an array) in non-overlapping windows, in order (window i: inputs val[iT : iT+T],
+  targets val[iT+1 : iT+T+1]; the last window may be shorter), every byte but the first a target exactly
+  once; the loss is the mean over those targets, in nats. Windows are shared round-robin between ranks and
+  the sums added, so the figure does not depend on the number of ranks (up to float rounding).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -139,6 +144,21 @@ def byte_tensor(data: bytes, device: torch.device | str = "cpu") -> torch.Tensor
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
 
 
+class TokenWindows(Protocol):
+    """Training tokens too large for memory (data/llmshards.py TokenShards): numbered windows of seq_len + 1."""
+
+    def window_count(self, seq_len: int) -> int: ...
+
+    def windows(self, index: np.ndarray, seq_len: int) -> np.ndarray: ...
+
+
+def token_tensor(data: bytes | np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bytes as `byte_tensor` makes them; an array of tokens as int32 (its windows are made int64 when read)."""
+    if isinstance(data, (bytes, bytearray)):
+        return byte_tensor(data, device)
+    return torch.from_numpy(np.ascontiguousarray(data, dtype=np.int32)).to(device)
+
+
 def rank_generator(seed: int, rank: int) -> torch.Generator:
     """A generator of this rank's windows: different ranks, different streams; the same on a rerun."""
     digest = hashlib.sha256(f"aiperf-llm-windows/{seed}/{rank}".encode()).digest()
@@ -152,6 +172,16 @@ def random_windows(buf: torch.Tensor, seq_len: int, n: int, gen: torch.Generator
         starts = starts.pin_memory().to(buf.device, non_blocking=True)
     idx = starts[:, None] + torch.arange(seq_len + 1, device=buf.device)[None, :]
     w = buf[idx].long()
+    return w[:, :-1], w[:, 1:]
+
+
+def token_windows(source: TokenWindows, seq_len: int, n: int, gen: torch.Generator,
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`n` windows of `source` at random numbers drawn as `random_windows` draws its starts: (inputs, targets)."""
+    index = torch.randint(0, source.window_count(seq_len), (n,), generator=gen)
+    w = torch.from_numpy(source.windows(index.numpy(), seq_len))
+    if device.type == "cuda":
+        w = w.pin_memory().to(device, non_blocking=True)
     return w[:, :-1], w[:, 1:]
 
 
@@ -228,8 +258,8 @@ def _step(model: nn.Module, session: Session, x: torch.Tensor, y: torch.Tensor, 
     return loss.detach()
 
 
-def train(session: Session, data: bytes, hp: LlmHparams, budget: Budget, *, seed: int,
-          device: torch.device | str = "cpu", val: bytes | None = None,
+def train(session: Session, data: bytes | TokenWindows, hp: LlmHparams, budget: Budget, *, seed: int,
+          device: torch.device | str = "cpu", val: bytes | np.ndarray | None = None,
           span: tuple[float, float] = (0.0, 1.0)) -> TrainResult:
     """Train `session` for `budget` on `data` (see the module docstring); evaluate on `val` if given.
 
@@ -240,7 +270,12 @@ def train(session: Session, data: bytes, hp: LlmHparams, budget: Budget, *, seed
     arch = session.arch
     n_local = _local_sequences(hp, arch.seq_len, world)
     flops_per_step = train_flops(arch, [arch.seq_len] * n_local)  # every target is a real token
-    buf, gen = byte_tensor(data, device), rank_generator(seed, rank)
+    gen = rank_generator(seed, rank)
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    if isinstance(data, (bytes, bytearray)):
+        draw = functools.partial(random_windows, byte_tensor(data, device), arch.seq_len, n_local, gen)
+    else:
+        draw = functools.partial(token_windows, data, arch.seq_len, n_local, gen, device)
     model: nn.Module = session.model
     if world > 1:  # DDP broadcasts rank 0's weights at construction: a grown model starts equal everywhere
         model = nn.parallel.DistributedDataParallel(session.model)
@@ -253,7 +288,7 @@ def train(session: Session, data: bytes, hp: LlmHparams, budget: Budget, *, seed
             break
         for group in session.optimizer.param_groups:
             group["lr"] = lr_at(hp, steps, progress, span)
-        x, y = random_windows(buf, arch.seq_len, n_local, gen)
+        x, y = draw()
         loss_sum += _step(model, session, x, y, hp, device)
         steps += 1
     if device.type == "cuda":
@@ -281,12 +316,13 @@ def _batches(windows: list[tuple[int, int]], size: int) -> Iterator[list[tuple[i
 
 
 @torch.no_grad()
-def evaluate(model: LlmModel, val: bytes, *, device: torch.device | str = "cpu", batch: int = 64) -> float:
-    """Mean loss (nats per target byte) over the frozen evaluation's windows (`eval_windows`)."""
+def evaluate(model: LlmModel, val: bytes | np.ndarray, *, device: torch.device | str = "cpu",
+             batch: int = 64) -> float:
+    """Mean loss (nats per target byte, or token) over the frozen evaluation's windows (`eval_windows`)."""
     device = torch.device(device)
     rank, world = _world()
     seq_len = model.arch.seq_len
-    buf = byte_tensor(val, device)
+    buf = token_tensor(val, device)
     mine = eval_windows(len(val), seq_len)[rank::world]
     totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, targets
     was_training = model.training

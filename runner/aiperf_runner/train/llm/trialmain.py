@@ -10,6 +10,10 @@ directory), evaluates it with the frozen evaluation and, from rank 0, writes `we
 `train_end` {trial, attempt, steps, tokens_trained, flops, val_loss, started_at, ended_at, growth_gap,
 growths} and one `trial_result`, or `trial_error` when it fails (exit status 1). A growth that changed the
 function beyond `spec.llmrules.GROWTH_TOLERANCE` is an error: its child never trains.
+
+A shard preset's trial (`llm`, `llm-bytes`) reads the run's token shards (data/llmshards.py): their directory from
+the run's `local/private.json` (`data`: never bundled, as an image run's data root), their manifest's digest from
+`trial.json` (`data_digest`, the run's); shards with another manifest are refused (`trial_data`).
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from aiperf_runner.data.llmshards import TokenData, open_for_preset
 from aiperf_runner.data.llmtext import KJV_NAME, TextData, kjv_data, smoke_text
+from aiperf_runner.rundir.privacy import read_private
 from aiperf_runner.spec.eventlog import EventWriter
 from aiperf_runner.spec.llmflops import LlmArch, LlmLayer
 from aiperf_runner.spec.llmrules import GROWTH_TOLERANCE, PROBE_SEQUENCES, LlmPreset, llm_preset
@@ -62,9 +69,23 @@ def preset_data(preset: LlmPreset) -> TextData:
     return data
 
 
-def probe_batch(val: bytes, arch: LlmArch) -> torch.Tensor:
+def trial_data(preset: LlmPreset, spec: dict[str, Any], trial_dir: Path) -> TextData | TokenData:
+    """The trial's data: a byte preset's text (`preset_data`), or a shard preset's shards in the run's data
+    directory (local/private.json `data`) whose manifest has the run's digest (trial.json `data_digest`)."""
+    if preset.shards is None:
+        return preset_data(preset)
+    root, digest = read_private(trial_dir.parent.parent).get("data"), spec.get("data_digest")
+    if not root or not digest:
+        raise ValueError(f"{preset.name}: the run's shard directory (local/private.json data) or their manifest's "
+                         "digest (trial.json data_digest) is not recorded")
+    return open_for_preset(root, preset, digest)
+
+
+def probe_batch(val: bytes | np.ndarray, arch: LlmArch) -> torch.Tensor:
     """The fixed batch a growth is checked on: the first PROBE_SEQUENCES windows of the validation text."""
     n = arch.seq_len
+    if isinstance(val, np.ndarray):  # a shard preset's validation tokens
+        return torch.from_numpy(val[:PROBE_SEQUENCES * n].astype(np.int64)).reshape(PROBE_SEQUENCES, n)
     return torch.tensor(list(val[:PROBE_SEQUENCES * n]), dtype=torch.long).reshape(PROBE_SEQUENCES, n)
 
 
@@ -107,7 +128,7 @@ def apply_growth(session: Session, growth: dict[str, Any], hp: LlmHparams, seed:
     raise ValueError(f"unknown growth {kind!r}")
 
 
-def build_session(spec: dict[str, Any], trial_dir: Path, data: TextData, hp: LlmHparams,
+def build_session(spec: dict[str, Any], trial_dir: Path, data: TextData | TokenData, hp: LlmHparams,
                   device: torch.device) -> tuple[Session, float | None]:
     """The trial's starting point and the largest logit change its growths made (None for a seed)."""
     arch = LlmArch.from_dict(spec["arch"])
@@ -139,7 +160,8 @@ def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rende
     try:
         preset = llm_preset(spec["preset"])
         hp = LlmHparams(**spec["hparams"])
-        data = preset_data(preset)
+        data = trial_data(preset, spec, trial_dir)
+        assert data.train is not None
         session, gap = build_session(spec, trial_dir, data, hp, device)
         started = time.time()
         result = train(session, data.train, hp, Budget(steps=spec["steps"]), seed=spec["seed"], device=device,
