@@ -15,6 +15,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
+# Debian packages an image needs beyond the base: the audit worker's build names the text of the llm-kjv
+# preset (bible-kjv, bible-kjv-text), which its re-evaluation extracts as the runner does; none otherwise.
+ARG APT_PACKAGES=""
+RUN if [ -n "$APT_PACKAGES" ]; then \
+        apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $APT_PACKAGES \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
 # A virtual environment: Debian's own python3 refuses system-wide pip installs (PEP 668), and the
 # official image's python works the same way in one. No curl: the health checks use python.
 RUN python3 -m venv /opt/venv && useradd --create-home --uid 1000 aiperf

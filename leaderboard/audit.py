@@ -306,8 +306,10 @@ def run(submission_id: int, *, again: bool = False) -> str:
         return str(result.audit)
     if not complete(sub):
         return A.PENDING
-    llm = result.workload == Result.Workload.LLM  # its own audit (leaderboard/llmaudit.py), no data directory
-    data, missing = (None, None) if llm else data_dir(result.preset)
+    # An LLM result has its own audit (leaderboard/llmaudit.py): a byte preset's text is made by the re-evaluation
+    # itself, a shard preset's validation shards are the service's (AIPERF_AUDIT_DATA) as images' are.
+    llm = result.workload == Result.Workload.LLM
+    data, missing = (None, None) if llm and not llmaudit.shard_preset(result.preset) else data_dir(result.preset)
     if missing:
         _set(result, A.PENDING, {"message": missing})
         return A.PENDING
@@ -316,7 +318,7 @@ def run(submission_id: int, *, again: bool = False) -> str:
     seconds: dict[str, float] = {}
     with bundles.extracted(sub.bundle.path) as root:
         if llm:
-            trials, missing = _llm_trials(sub, result, root, seconds)
+            trials, missing = _llm_trials(sub, result, root, data, seconds)
             work: dict[str, Any] = {}  # no committed segments: the weights are the whole audit
         else:
             trials = _image_trials(sub, result, root, data, seconds)
@@ -355,7 +357,7 @@ def _image_trials(sub: Submission, result: Result, root: Path, data: str | None,
     return trials
 
 
-def _llm_trials(sub: Submission, result: Result, root: Path,
+def _llm_trials(sub: Submission, result: Result, root: Path, data: str | None,
                 seconds: dict[str, float]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """Each challenged AIPerf-LLM trial's audit.weights, audit.architecture and audit.loss (leaderboard/llmaudit.py),
     their times into `seconds`; and why the audit cannot conclude on this service (None when it can)."""
@@ -366,7 +368,7 @@ def _llm_trials(sub: Submission, result: Result, root: Path,
         weights = Path(Evidence.objects.get(submission=sub, trial=trial).file.path)
         started = time.perf_counter()
         verdict = (_reevaluated(llmaudit.argv(root, trial, archs[trial], weights, result.preset,
-                                              settings.AIPERF_AUDIT_DEVICE))
+                                              settings.AIPERF_AUDIT_DEVICE, data))
                    if trial in archs else llmaudit.unproposed(trial))
         if verdict.get("data_error"):
             return trials, llmaudit.no_data(result.preset, verdict["data_error"], sub.pk)

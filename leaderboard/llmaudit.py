@@ -21,7 +21,7 @@ from typing import Any
 
 from aiperf_runner.spec import rules as spec_rules
 from aiperf_runner.spec.eventlog import LogError, read_events
-from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE
+from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE, LLM_PRESETS
 
 PROGRAM = "aiperf_runner.train.llm.reevaluate"
 
@@ -40,12 +40,25 @@ def proposed_archs(root: Path) -> dict[str, Any]:
     return archs
 
 
-def argv(root: Path, trial: str, arch: Any, weights: Path, preset: str, device: str) -> list[str]:
+def shard_preset(preset: str) -> bool:
+    """Whether the preset trains on a site's token shards (`llm`, `llm-bytes`): its validation shards are the
+    service's to provide (AIPERF_AUDIT_DATA), as an image preset's validation images are."""
+    known = LLM_PRESETS.get(preset)
+    return known is not None and known.shards is not None
+
+
+def argv(root: Path, trial: str, arch: Any, weights: Path, preset: str, device: str,
+         data: str | None = None) -> list[str]:
     """The re-evaluation's command line (after `python -m`): the logged architecture written beside the
-    extracted bundle, where the subprocess reads it."""
+    extracted bundle, where the subprocess reads it; a shard preset's validation shards at `data`, whose manifest
+    must be the one the run's `dataset.digest` names."""
     arch_file = root / f"audit-arch-{trial}.json"
     arch_file.write_text(json.dumps(arch))
-    return [PROGRAM, str(arch_file), str(weights), "--preset", preset, "--device", device]
+    out = [PROGRAM, str(arch_file), str(weights), "--preset", preset, "--device", device]
+    if data is not None:
+        digest = (json.loads((root / "run.json").read_text()).get("dataset") or {}).get("digest")
+        out += ["--data", data, *(["--digest", str(digest)] if digest else [])]
+    return out
 
 
 def unproposed(trial: str) -> dict[str, Any]:

@@ -671,7 +671,8 @@ def llm_witnessed(stack, tmp_path_factory):
     work = tmp_path_factory.mktemp("llm")
     sites = {"honest": Site(stack, "Language Lab"), "forger": Site(stack, "Forging Language Lab"),
              "inflated": Site(stack, "Understating Language Lab")}
-    trial_module = {"inflated": ["--trial-module", "tests.service.llm_inflated_trial"]}
+    # The understating site rehearses: its run is on a rehearsal token, audited all the same.
+    trial_module = {"inflated": ["--trial-module", "tests.service.llm_inflated_trial", "--rehearsal"]}
     procs = {name: subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--workload", "llm", "--preset", "llm-smoke",
                                      "--slots", "1", "--devices-per-slot", "1", "--duration", "60s", "--seed",
                                      str(i), "--out", str(work / name), "--system", str(site.system["id"]),
@@ -698,9 +699,10 @@ def test_a_witnessed_llm_run_passes_the_witness_on_its_own_list(stack, llm_witne
     [entry] = [e for e in board if e["site"]["name"] == "Language Lab"]
     assert entry["trust"]["registered"] and entry["trust"]["witnessed"], entry
     assert entry["id"] not in [e["id"] for e in stack.get("/api/v1/leaderboard/?all=1&format=json")]
-    # Official takes every validity check too (its loss under the gate: a one-minute run on a shared CPU may not
-    # get there).
-    valid = all(c["passed"] for n, c in got.items() if n.startswith("validity"))
+    # Official takes every validity and stability check too (its loss under the gate, its score steady over its
+    # last half: a one-minute run on a shared CPU may get to neither).
+    valid = all(c["passed"] for n, c in got.items() if n.startswith(("validity", "stability")))
+    assert all(c["passed"] for n, c in got.items() if n.startswith("plausibility")), got
     assert entry["division"] == ("official" if valid else "open"), got
 
 
@@ -731,9 +733,13 @@ def test_llm_devices_claimed_beyond_the_registration_are_not_believed(stack, llm
 
 def test_an_llm_loss_understated_at_the_source_fails_the_audit(stack, llm_witnessed):
     """A trial program that logs every loss 0.3 nats lower than its weights reach: the log is chained, signed and
-    witnessed, its weights honest; the re-evaluation of the challenged weights (audit.loss) rejects it."""
+    witnessed, its weights honest; the re-evaluation of the challenged weights (audit.loss) rejects it. The run is
+    a rehearsal (`run --workload llm --rehearsal`): refused for the list, audited as a rehearsal."""
     site, run = llm_witnessed["inflated"]
-    sub = site.submit(run)
-    assert sub["status"] == "rejected", sub
+    assert lines(run)[0]["token"]["statement"]["rehearsal"] is True  # an LLM rehearsal, signed by the witness
+    refused = site.submit(run)  # for the list: refused, nothing kept
+    assert refused["status"] == "refused" and refused["reasons"][0]["check"].endswith("rehearsal"), refused
+    sub = stack.submit(run, site.token, site.config, "--rehearsal")  # the rehearsal's audit is the real one
+    assert sub["status"] == "rejected" and sub["rehearsal"], sub
     reasons = {r["check"]: r["message"] for r in sub["reasons"]}
     assert "audit.loss" in reasons, sub["reasons"]

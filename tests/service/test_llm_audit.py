@@ -42,7 +42,17 @@ def packed(llm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
             "best": report["best_trial"], "kept": report["kept_weights"]}
 
 
-def challenged(packed: dict[str, Any], settings, logged_shift: float = 0.0) -> Result:
+@pytest.fixture(scope="module")
+def packed_shards(llm_shard_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The signed bundle of the session's llm-bytes run on staged shards (tests/conftest.py llm_shard_run)."""
+    run = tmp_path_factory.mktemp("llm-shard-audit") / "run"
+    shutil.copytree(llm_shard_run["run"], run)
+    report = verify(run)
+    return {"bundle": bundle.pack(run, run.parent / "run.tar.gz", keys.generate_key()), "run": run,
+            "best": report["best_trial"], "kept": report["kept_weights"], "shards": llm_shard_run["root"] / "shards"}
+
+
+def challenged(packed: dict[str, Any], settings, logged_shift: float = 0.0, preset: str = "llm-smoke") -> Result:
     """A verified LLM result challenged for its best trial, the bundle stored and the weights received;
     `logged_shift` added to the loss its report says the log recorded."""
     from devdata import demo
@@ -52,7 +62,7 @@ def challenged(packed: dict[str, Any], settings, logged_shift: float = 0.0) -> R
     best = packed["best"]
     kept = {t: dict(v) for t, v in packed["kept"].items()}
     kept[best]["val_loss"] += logged_shift
-    Result.objects.filter(pk=result.pk).update(workload=Result.Workload.LLM, preset="llm-smoke",
+    Result.objects.filter(pk=result.pk).update(workload=Result.Workload.LLM, preset=preset,
                                                audit=Result.Audit.PENDING,
                                                report={"kept_weights": kept, "best_trial": best})
     stored = Path(settings.MEDIA_ROOT) / "bundles" / "llm.tar.gz"
@@ -112,3 +122,21 @@ def test_the_architecture_is_the_verified_logs_not_the_runs_trial_json(packed, t
                                                        "layer": logged["layers"][0]}]).to_dict()
     trial_json.write_text(json.dumps(spec))
     assert llmaudit.proposed_archs(run)[packed["best"]] == logged
+
+
+def test_a_shard_presets_audit_reads_the_services_validation_shards(db, packed_shards, settings) -> None:
+    """`llm-bytes` (a shard preset, as `llm` is): its validation shards are the service's to hold
+    (AIPERF_AUDIT_DATA, as image presets' validation images are), checked against the run's manifest digest."""
+    settings.AIPERF_AUDIT_DATA = {"llm-bytes": str(packed_shards["shards"])}
+    result = challenged(packed_shards, settings, preset="llm-bytes")
+    assert audit.run(result.submission_id) == Result.Audit.PASSED
+    [checks] = Result.objects.get(pk=result.pk).audit_report["trials"].values()
+    assert all(c["passed"] for c in checks) and abs(checks[2]["measured"]) < 1e-5, checks
+
+
+def test_without_a_shard_presets_validation_shards_the_audit_waits(db, packed_shards, settings) -> None:
+    settings.AIPERF_AUDIT_DATA = {}
+    result = challenged(packed_shards, settings, preset="llm-bytes")
+    assert audit.run(result.submission_id) == Result.Audit.PENDING
+    assert "no validation data for preset 'llm-bytes'" in Result.objects.get(pk=result.pk).audit_report["message"]
+    assert Submission.objects.get(pk=result.submission_id).status == Submission.Status.PUBLISHED

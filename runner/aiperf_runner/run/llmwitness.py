@@ -33,6 +33,8 @@ def ask(service: Service, registration: Mapping[str, Any], run_json: Mapping[str
     config = run_json["config"]
     fields = {k: (config[k] if k in ("slots", "devices_per_slot", "duration_s") else run_json[k])
               for k in spec_witness.TOKEN_BOUND}
+    if config.get("rehearsal"):
+        fields["rehearsal"] = True  # a rehearsal token: verified for this site only, never ranked
     return ask_token(service, dict(registration), fields)
 
 
