@@ -29,4 +29,6 @@ def test_squeue_calls_are_bounded(one_node: Path, tmp_path: Path) -> None:
     # One squeue per interval while jobs live, plus the shutdown's (one a second until the queue is
     # empty: up to KillWait, 5 s on the test cluster, and a few more on a loaded machine).
     assert names.count("squeue") <= seconds / INTERVAL_S + 12, (names.count("squeue"), seconds, attempts)
-    assert names.count("sbatch") == attempts
+    # One sbatch per attempt; a launch still in flight when the run's time is up (one per slot at most) has
+    # its sbatch counted and no trial_started logged (seen on a loaded CI machine: 21 sbatch, 20 attempts).
+    assert attempts <= names.count("sbatch") <= attempts + 2, (names.count("sbatch"), attempts)
