@@ -353,8 +353,11 @@ class LlmRun:
     def _finished(self, trial: _Trial, result: dict[str, Any]) -> None:
         loss = float(result["val_loss"])
         trial.loss, trial.done = loss, True
+        # The moments' digest binds a parent's whole state (the weights and AdamW's moments a child starts from)
+        # to the log, for the audit's re-execution of its children (train/llm/reexecute.py).
+        moments = {"optimizer_sha256": result["optimizer_sha256"]} if result.get("optimizer_sha256") else {}
         self.log.append("trial_finished", trial=trial.trial, attempt=trial.attempt, val_loss=loss,
-                        weights_sha256=result["weights_sha256"])
+                        weights_sha256=result["weights_sha256"], **moments)
         self.search.observe(trial.proposal.arch_hash, loss)
         self.hparams.tell(trial.trial, loss)
         best = min(t.loss for t in self.trials.values() if t.loss is not None)

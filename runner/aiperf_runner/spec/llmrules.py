@@ -46,6 +46,25 @@ the largest bf16 difference seen. It is still small where it matters: at the los
 |ln(1 - e^-L)|), less than identical runs differ (the presets' five reference runs: best losses 1.018 to 1.147
 on llm-smoke, 1.452 to 1.470 on llm-kjv)."""
 
+REEXECUTE_TOLERANCE: dict[str, float] = {"fp32": 0.005, "bf16": 0.2}
+"""Largest ratio ||replayed - claimed|| / ||claimed - start|| (L2 over all parameters) of an honest trial's
+re-execution (train/llm/reexecute.py: the whole trial trained again from the start its log binds, in fp32 on the
+audit's CPU), by the run's precision (run.json `precision`: fp32 on a CPU, bf16 autocast on CUDA). Measured on this
+project's busy 2-core machine by `python bench/llm_reexecute_tolerance.py` (llm-smoke, 40 steps, and llm-kjv, 150;
+a seed trial and a child of two growths each; the search's default hyper-parameters, 2,048-token batches):
+
+    honest fp32 (world 1 and 2, 1 and 2 threads), same CPU:  0, bit-identical, every one (12 smoke, 6 kjv)
+    honest fp32 re-executed in float64 (another CPU's fp32):  max 1.7e-6 (smoke), 1.8e-5 (kjv)
+    honest bf16 (CPU autocast for a GPU's), re-executed fp32: max 0.0045 (smoke), 0.108 (kjv)
+    a smaller Budget, 1/10, 1/2, 9/10 of the steps:            min 33.4, 1.92, 0.165 (smoke); 8.53, 0.712, 0.147 (kjv)
+    the first 1/10, 1/2, 9/10 of the steps only:               min 18.1, 0.656, 0.0347 (smoke); 3.79, 0.308, 0.0395 (kjv)
+
+fp32: 0.005, 280x the float64 bound and 7x under the least forgery (a trainer stopped at 9/10). bf16: its honest
+figures overlap the forged ones at 9/10 (0.108 honest against 0.035 stopped and 0.147 with a 9/10 Budget) and grow
+with the trial's length, so it has its own, 0.2: 1.85x the worst honest figure, 1.5x under the least half-trained
+one (0.308). A bf16 trial that skipped half its steps fails; one that skipped a tenth may pass. A GPU's kernels and
+the `llm` preset's 1,000-step trials were not measured (docs/rules.md, "AIPerf-LLM")."""
+
 
 class LlmPresetError(AiperfError, ValueError):
     """An unknown AIPerf-LLM preset."""

@@ -158,6 +158,7 @@ class _Story:
         self.attempts: dict[str, dict[str, Any]] = {}  # each trial's last attempt: slot, times, how it ended
         self.fingerprints: list[str] = []
         self.weights: dict[str, Any] = {}  # the weights_sha256 of each finished trial
+        self.moments: dict[str, Any] = {}  # its optimizer_sha256 (AdamW's moments: what a child inherits besides)
         self.finishes: list[tuple[float, float, int]] = []  # (t, loss, FLOPs counted) of each finished trial
         # A witnessed run's last heartbeat and receipt follow run_finished (run/llmwitness.py): not the run's story.
         story = [e for e in events if e.get("type") not in WITNESS_LINES]
@@ -251,6 +252,7 @@ class _Story:
             return self._bad("lifecycle", f"{trial}: finished with a loss its training did not report")
         self.finished[trial], self.finished_at[trial] = float(ev["val_loss"]), ev["t"]
         self.weights[trial] = ev.get("weights_sha256")
+        self.moments[trial] = ev.get("optimizer_sha256")
         self.finishes.append((float(ev["t"]), float(ev["val_loss"]), trained["flops_counted"]))
         if len(self.fingerprints) < fingerprint.MOST:  # a copied log repeats them (the service's duplicate check)
             self.fingerprints.append(fingerprint.record_digest(trained, str(self.proposed[trial].get("arch_hash"))))
@@ -276,10 +278,13 @@ class _Story:
         return trained.get("flops_counted") if trained else None
 
     def kept_weights(self) -> dict[str, dict[str, Any]]:
-        """{trial: {sha256, val_loss}} of every finished trial whose weights the log names (each child trains
-        from its parent's, so a run keeps them all): what the service's audit may ask for."""
-        return {t: {"sha256": self.weights[t], "val_loss": loss} for t, loss in self.finished.items()
-                if isinstance(self.weights.get(t), str)}
+        """{trial: {sha256, val_loss, optimizer_sha256}} of every finished trial whose weights the log names (each
+        child trains from its parent's, so a run keeps them all): what the service's audit may ask for.
+        `optimizer_sha256` is the digest of its AdamW moments (`optimizer.safetensors`; None in a log from before
+        it was recorded): with the weights, the state its children start from (train/llm/reexecute.py)."""
+        return {t: {"sha256": self.weights[t], "val_loss": loss,
+                    "optimizer_sha256": m if isinstance(m := self.moments.get(t), str) else None}
+                for t, loss in self.finished.items() if isinstance(self.weights.get(t), str)}
 
     def series(self) -> list[dict[str, float]]:
         """The run's score, regulated score and best loss after each finished trial (for the result's charts)."""

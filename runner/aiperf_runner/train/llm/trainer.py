@@ -49,7 +49,7 @@ from .model import LlmModel, build_model
 from .morph import Growth, carry_optimizer_state
 
 __all__ = ["Budget", "LlmHparams", "Session", "TrainResult", "evaluate", "grow", "make_optimizer", "new_session",
-           "train"]
+           "train", "train_as_ranks"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,19 @@ def token_windows(source: TokenWindows, seq_len: int, n: int, gen: torch.Generat
     return w[:, :-1], w[:, 1:]
 
 
+def training_source(data: bytes | TokenWindows, device: torch.device) -> torch.Tensor | TokenWindows:
+    """What the windows are cut from: the training bytes as a tensor on `device`, or the shards as they are."""
+    return byte_tensor(data, device) if isinstance(data, (bytes, bytearray)) else data
+
+
+def window_drawer(source: torch.Tensor | TokenWindows, seq_len: int, n: int, gen: torch.Generator,
+                  device: torch.device) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """A rank's draw of its `n` windows per step from `source` (`training_source`), numbered by `gen`."""
+    if isinstance(source, torch.Tensor):
+        return functools.partial(random_windows, source, seq_len, n, gen)
+    return functools.partial(token_windows, source, seq_len, n, gen, device)
+
+
 def eval_windows(n_bytes: int, seq_len: int) -> list[tuple[int, int]]:
     """The frozen evaluation's windows as (start, targets): non-overlapping, in order, covering every
     byte but the first as a target exactly once."""
@@ -245,11 +258,16 @@ def _local_sequences(hp: LlmHparams, seq_len: int, world: int) -> int:
     return n
 
 
-def _step(model: nn.Module, session: Session, x: torch.Tensor, y: torch.Tensor, hp: LlmHparams,
-          device: torch.device) -> torch.Tensor:
+def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The mean cross-entropy of a batch of windows (the forward under the device's autocast, the loss in fp32)."""
     with _autocast(device):
         logits = model(x)
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def _step(model: nn.Module, session: Session, x: torch.Tensor, y: torch.Tensor, hp: LlmHparams,
+          device: torch.device) -> torch.Tensor:
+    loss = _loss(model, x, y, device)
     session.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if hp.grad_clip > 0:
@@ -270,12 +288,7 @@ def train(session: Session, data: bytes | TokenWindows, hp: LlmHparams, budget: 
     arch = session.arch
     n_local = _local_sequences(hp, arch.seq_len, world)
     flops_per_step = train_flops(arch, [arch.seq_len] * n_local)  # every target is a real token
-    gen = rank_generator(seed, rank)
-    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]]
-    if isinstance(data, (bytes, bytearray)):
-        draw = functools.partial(random_windows, byte_tensor(data, device), arch.seq_len, n_local, gen)
-    else:
-        draw = functools.partial(token_windows, data, arch.seq_len, n_local, gen, device)
+    draw = window_drawer(training_source(data, device), arch.seq_len, n_local, rank_generator(seed, rank), device)
     model: nn.Module = session.model
     if world > 1:  # DDP broadcasts rank 0's weights at construction: a grown model starts equal everywhere
         model = nn.parallel.DistributedDataParallel(session.model)
@@ -306,6 +319,51 @@ def train(session: Session, data: bytes | TokenWindows, hp: LlmHparams, budget: 
     # token and FLOP totals are integers; float64 holds them exactly below 2^53
     return TrainResult(steps, int(totals[0].item()), int(totals[1].item()), seconds, train_loss, val_loss,
                        eval_seconds)
+
+
+def train_as_ranks(session: Session, data: bytes | TokenWindows, hp: LlmHparams, steps: int, *, seed: int,
+                   world: int, device: torch.device | str = "cpu", limit: int | None = None) -> float:
+    """Train `session` for `steps` steps as `train` does on `world` data-parallel ranks, in this one process:
+    each step, every rank's windows from its own generator (`rank_generator(seed, rank)`), its gradient
+    computed alone, multiplied by 1 / world and the ranks' products summed in rank order (DDP's reducer scales
+    each rank's gradient by 1 / world and the allreduce sums them: with 2 ranks the same floats as gloo), then
+    clipped and stepped as `train` does, at the learning rate of a budget of `steps` steps. What the audit's
+    re-execution trains (train/llm/reexecute.py). `limit`: stop after that many of the `steps` steps (a trial
+    cut short, bench/llm_reexecute_tolerance.py's forgery). Returns the seconds it took."""
+    device = torch.device(device)
+    if _world()[1] > 1:
+        raise RuntimeError("train_as_ranks emulates the ranks in one process: call it outside a process group")
+    arch = session.arch
+    n_local = _local_sequences(hp, arch.seq_len, world)
+    source = training_source(data, device)
+    draws = [window_drawer(source, arch.seq_len, n_local, rank_generator(seed, rank), device)
+             for rank in range(world)]
+    params = [p for p in session.model.parameters() if p.requires_grad]
+    session.model.train()
+    start = time.perf_counter()
+    taken = steps if limit is None else min(limit, steps)
+    for step in range(taken):
+        for group in session.optimizer.param_groups:
+            group["lr"] = lr_at(hp, step, step / steps, (0.0, 1.0))
+        summed: list[torch.Tensor] | None = None
+        for draw in draws:
+            x, y = draw()
+            session.optimizer.zero_grad(set_to_none=True)
+            _loss(session.model, x, y, device).backward()
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            if world > 1:
+                grads = [g * (1.0 / world) for g in grads]
+            summed = grads if summed is None else [a + b for a, b in zip(summed, grads, strict=True)]
+        assert summed is not None
+        for p, g in zip(params, summed, strict=True):
+            p.grad = g
+        if hp.grad_clip > 0:
+            nn.utils.clip_grad_norm_(session.model.parameters(), hp.grad_clip)
+        session.optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    session.steps += taken
+    return time.perf_counter() - start
 
 
 # ---- the frozen evaluation ------------------------------------------------------------------------

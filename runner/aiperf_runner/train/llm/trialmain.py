@@ -8,7 +8,8 @@ slot's `world` processes (gloo on CPU, NCCL on CUDA: torch.multiprocessing, a fi
 directory), evaluates it with the frozen evaluation and, from rank 0, writes `weights.safetensors`,
 `optimizer.safetensors` (a child's inheritance) and its own hash-chained log `events.jsonl`: one
 `train_end` {trial, attempt, steps, tokens_trained, flops, val_loss, started_at, ended_at, growth_gap,
-growths} and one `trial_result`, or `trial_error` when it fails (exit status 1). A growth that changed the
+growths} and one `trial_result` (with both files' SHA-256, `weights_sha256` and `optimizer_sha256`, which the
+controller's `trial_finished` records), or `trial_error` when it fails (exit status 1). A growth that changed the
 function beyond `spec.llmrules.GROWTH_TOLERANCE` is an error: its child never trains.
 
 A shard preset's trial (`llm`, `llm-bytes`) reads the run's token shards (data/llmshards.py): their directory from
@@ -38,7 +39,7 @@ from aiperf_runner.spec.eventlog import EventWriter
 from aiperf_runner.spec.llmflops import LlmArch, LlmLayer
 from aiperf_runner.spec.llmrules import GROWTH_TOLERANCE, PROBE_SEQUENCES, LlmPreset, llm_preset
 
-from ..weights import load_weights, save_weights
+from ..weights import file_sha256, load_weights, save_weights
 from .model import build_model
 from .morph import Growth, add_heads, function_gap, insert_block, widen_mlp
 from .trainer import Budget, LlmHparams, Session, grow, make_optimizer, new_session, train
@@ -103,12 +104,18 @@ def save_moments(session: Session, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_session(arch: LlmArch, trial_dir: Path, hp: LlmHparams, device: torch.device) -> Session:
-    """A finished trial's model and AdamW, from its weights and moments."""
+def parent_files(trial_dir: Path, parent: str) -> tuple[Path, Path]:
+    """A parent's final weights and AdamW moments as a trial finds them: in its sibling directory."""
+    return trial_dir.parent / parent / WEIGHTS, trial_dir.parent / parent / OPTIMIZER
+
+
+def load_session(arch: LlmArch, weights: Path, optimizer_file: Path | None, hp: LlmHparams,
+                 device: torch.device) -> Session:
+    """A finished trial's model and AdamW, from its weights and moments (none when `optimizer_file` is absent)."""
     model = build_model(arch).to(device)
-    model.load_state_dict({k: v.to(device) for k, v in load_weights(trial_dir / WEIGHTS).items()})
+    model.load_state_dict({k: v.to(device) for k, v in load_weights(weights).items()})
     optimizer = make_optimizer(model, hp)
-    moments = load_weights(trial_dir / OPTIMIZER) if (trial_dir / OPTIMIZER).exists() else {}
+    moments = load_weights(optimizer_file) if optimizer_file is not None and optimizer_file.exists() else {}
     for name, p in model.named_parameters():
         state = {key: moments[f"{key}/{name}"].to(device) for key in _MOMENTS if f"{key}/{name}" in moments}
         if state:
@@ -128,14 +135,17 @@ def apply_growth(session: Session, growth: dict[str, Any], hp: LlmHparams, seed:
     raise ValueError(f"unknown growth {kind!r}")
 
 
-def build_session(spec: dict[str, Any], trial_dir: Path, data: TextData | TokenData, hp: LlmHparams,
-                  device: torch.device) -> tuple[Session, float | None]:
-    """The trial's starting point and the largest logit change its growths made (None for a seed)."""
+def build_session(spec: dict[str, Any], parent: tuple[Path, Path | None] | None, data: TextData | TokenData,
+                  hp: LlmHparams, device: torch.device) -> tuple[Session, float | None]:
+    """The trial's starting point and the largest logit change its growths made (None for a seed). `spec`: the
+    trial's arch, parent, parent_arch, growths and seed (trial.json; the audit's re-execution takes them from the
+    log); `parent`: the parent's weights and moments files (`parent_files`), None for a seed trial."""
     arch = LlmArch.from_dict(spec["arch"])
     if spec.get("parent") is None:
         return new_session(arch, hp, seed=spec["seed"], device=device), None
-    parent_dir = trial_dir.parent / spec["parent"]
-    session = load_session(LlmArch.from_dict(spec["parent_arch"]), parent_dir, hp, device)
+    if parent is None:
+        raise ValueError(f"a child of {spec['parent']} needs its parent's weights and moments")
+    session = load_session(LlmArch.from_dict(spec["parent_arch"]), parent[0], parent[1], hp, device)
     probe, gap = probe_batch(data.val, arch).to(device), 0.0
     for i, growth in enumerate(spec["growths"]):
         grown = apply_growth(session, growth, hp, spec["seed"] * 1000 + i)
@@ -162,7 +172,8 @@ def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rende
         hp = LlmHparams(**spec["hparams"])
         data = trial_data(preset, spec, trial_dir)
         assert data.train is not None
-        session, gap = build_session(spec, trial_dir, data, hp, device)
+        parent = parent_files(trial_dir, spec["parent"]) if spec.get("parent") is not None else None
+        session, gap = build_session(spec, parent, data, hp, device)
         started = time.time()
         result = train(session, data.train, hp, Budget(steps=spec["steps"]), seed=spec["seed"], device=device,
                        val=data.val)
@@ -170,12 +181,13 @@ def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rende
         if log is not None:
             sha = save_weights(session.model, trial_dir / WEIGHTS)
             save_moments(session, trial_dir / OPTIMIZER)
+            optimizer_sha = file_sha256(trial_dir / OPTIMIZER)
             log.append("train_end", trial=spec["trial"], attempt=spec["attempt"], steps=result.steps,
                        tokens_trained=result.train_tokens, flops=result.flops, val_loss=result.val_loss,
                        train_loss=result.train_loss, started_at=started, ended_at=ended, growth_gap=gap,
                        growths=[g["kind"] for g in spec["growths"]], world=world)
             log.append("trial_result", trial=spec["trial"], attempt=spec["attempt"], val_loss=result.val_loss,
-                       weights_sha256=sha)
+                       weights_sha256=sha, optimizer_sha256=optimizer_sha)
     except Exception as exc:
         if log is not None:
             log.append("trial_error", trial=spec["trial"], attempt=spec["attempt"],
@@ -191,6 +203,12 @@ def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rende
 def _spawned(rank: int, world: int, trial_dir: str, spec: dict[str, Any], rendezvous: str) -> None:
     torch.set_num_threads(max(1, int(os.environ.get("AIPERF_THREADS_PER_RANK", "1"))))
     run_rank(rank, world, Path(trial_dir), spec, rendezvous)
+    # Done and logged (the files written, the log closed, the group destroyed): gloo's threads can abort the
+    # interpreter's finalisation (SIGABRT, "terminate called without an active exception"; 4 of 30 two-rank trials
+    # on a CPU), which failed a trial that had finished. As tests/train/test_llm_trainer.py's ranks exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
