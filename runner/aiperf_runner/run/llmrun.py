@@ -38,7 +38,7 @@ from aiperf_runner.search.llmsearch import LlmArchitectureSearch, LlmProposal
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.eventlog import EventWriter, read_events
-from aiperf_runner.spec.llmrules import LLM_PRESETS, RULES, WORKLOAD, LlmPreset, llm_preset
+from aiperf_runner.spec.llmrules import LLM_PRESETS, RULES, WORKLOAD, LlmPreset, llm_preset, trial_seed
 from aiperf_runner.util import sysinfo
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ class LlmRun:
                 "arch": trial.proposal.arch.to_dict(), "growths": list(trial.proposal.growths),
                 "parent": parent.trial if parent else None,  # a sibling directory: no local path in the bundle
                 "parent_arch": parent.proposal.arch.to_dict() if parent else None, "hparams": trial.hparams,
-                "steps": self.preset.steps_per_trial, "seed": self.config.seed * 100_003 + int(trial.trial[1:]),
+                "steps": self.preset.steps_per_trial, "seed": trial_seed(self.config.seed, trial.trial),
                 "world": self.config.devices_per_slot}
         if self.preset.shards is not None:  # the trial refuses shards whose manifest is not the run's
             spec["data_digest"] = self.run_json["dataset"]["digest"]

@@ -45,56 +45,51 @@ class _Findings:
 
 @dataclass
 class Occupancy:
-    """The slots' attempts and the trials' training rates, read from the main log."""
+    """The slots' attempts and the trials' training rates, fed each line of the main log in order by the verifier's
+    one pass over it (spec/llmverify.py `_Story`); `slots`, `devices`: run_started's (what the run token binds)."""
 
     slots: int
+    devices: int = 1
     open: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)  # attempt -> (slot, started)
     slot_clash: _Findings = field(default_factory=_Findings)
     concurrency: _Findings = field(default_factory=_Findings)
     timestamps: _Findings = field(default_factory=_Findings)
     max_concurrency: int = 0
-    rates: list[tuple[str, float, int]] = field(default_factory=list)  # (trial, FLOP/s, devices)
+    rates: list[tuple[str, float]] = field(default_factory=list)  # (trial, FLOP/s) of each training record
+    last_t: float | None = None
 
     @classmethod
-    def of(cls, events: list[dict[str, Any]], flops_of: Callable[[dict[str, Any]], int | None]) -> Occupancy:
-        """`flops_of(train_end)`: the FLOPs the rules count for that record (None where it has none)."""
-        first = events[0] if events else {}
-        occupancy = cls(slots=_int(first.get("slots")))
-        devices = max(_int(first.get("devices_per_slot")), 1)
-        last_t: float | None = None
-        for number, ev in enumerate(events, 1):
-            t = ev.get("t")
-            if not isinstance(t, (int, float)):
-                continue
-            if last_t is not None and t < last_t:
-                occupancy.timestamps.add(f"line {number} ({ev.get('type')}) is {last_t - t:.3f} s before the line above")
-            last_t = float(t) if last_t is None else max(last_t, float(t))
-            occupancy._on(ev, float(t), devices, flops_of)
-        return occupancy
+    def starting(cls, run_started: Mapping[str, Any]) -> Occupancy:
+        return cls(slots=_int(run_started.get("slots")), devices=max(_int(run_started.get("devices_per_slot")), 1))
 
-    def _on(self, ev: dict[str, Any], t: float, devices: int,
-            flops_of: Callable[[dict[str, Any]], int | None]) -> None:
+    def read(self, number: int, ev: Mapping[str, Any], flops: int | None) -> None:
+        """Line `number` of the log; `flops`: the rules' count of a `train_end` the story accepted (else None)."""
+        t = ev.get("t")
+        if not isinstance(t, (int, float)):
+            return
+        if self.last_t is not None and t < self.last_t:
+            self.timestamps.add(f"line {number} ({ev.get('type')}) is {self.last_t - t:.3f} s before the line above")
+        self.last_t = float(t) if self.last_t is None else max(self.last_t, float(t))
         kind = ev.get("type")
         if kind == "run_resumed":  # the attempts a killed controller left running ended with it
             self.open.clear()
         elif kind == "trial_started":
-            self._start((str(ev.get("trial")), _int(ev.get("attempt"))), _int(ev.get("slot"), -1), t)
+            self._start((str(ev.get("trial")), _int(ev.get("attempt"))), _int(ev.get("slot"), -1))
         elif kind in ("trial_finished", "trial_failed", "trial_cancelled"):
             self.open.pop((str(ev.get("trial")), _int(ev.get("attempt"))), None)
         elif kind == "train_end":
-            flops, began, ended = flops_of(ev), ev.get("started_at"), ev.get("ended_at")
+            began, ended = ev.get("started_at"), ev.get("ended_at")
             if flops and isinstance(began, (int, float)) and isinstance(ended, (int, float)):
                 seconds = float(ended) - float(began)
-                rate = flops / seconds if seconds > 0 else float("inf")
-                self.rates.append((str(ev.get("trial")), rate, _int(ev.get("devices"), devices) or devices))
+                self.rates.append((str(ev.get("trial")), flops / seconds if seconds > 0 else float("inf")))
 
-    def _start(self, attempt: tuple[str, int], slot: int, t: float) -> None:
+    def _start(self, attempt: tuple[str, int], slot: int) -> None:
         if not 0 <= slot < max(self.slots, 1):
             self.slot_clash.add(f"{attempt[0]} started on slot {slot}, the run has {self.slots}")
         busy = [a for a, (s, _) in self.open.items() if s == slot]
         if busy:
             self.slot_clash.add(f"{attempt[0]} started on slot {slot} while {busy[0][0]} ran there")
-        self.open[attempt] = (slot, t)
+        self.open[attempt] = (slot, self.last_t or 0.0)
         self.max_concurrency = max(self.max_concurrency, len(self.open))
         if len(self.open) > max(self.slots, 1):
             self.concurrency.add(f"{len(self.open)} trials ran at once when {attempt[0]} started, on "
@@ -109,7 +104,7 @@ def checks(occupancy: Occupancy, series: list[dict[str, float]], run: Mapping[st
     return [R.check_stability(series, th),
             R.check_declared_peak(declared_peak(run, precision), peak, how, precision, th),
             R.check_score_peak(max_score, peak, th),
-            _trial_rate(occupancy, hw.slot_peak(peak), th),
+            _trial_rate(occupancy, _slot_devices(occupancy.devices, hw), hw.slot_peak(peak), th),
             R.check("plausibility.slot_exclusive", 0, occupancy.slot_clash.count, not occupancy.slot_clash.count,
                     occupancy.slot_clash.text("no slot ran two trials at once")),
             R.check("plausibility.concurrency", occupancy.slots, occupancy.max_concurrency,
@@ -119,16 +114,22 @@ def checks(occupancy: Occupancy, series: list[dict[str, float]], run: Mapping[st
                     occupancy.timestamps.text("the log's times never go back"))]
 
 
-def _trial_rate(occupancy: Occupancy, slot_peak: Callable[[int], float | None],
+def _slot_devices(devices: int, hw: Hardware) -> int:
+    """A slot's accelerators as the run declares them, never more than the system the run is judged by has (its
+    registration, for a registered system): a larger claim would raise the slot's share of the peak."""
+    return min(devices, hw.accelerators) if hw.accelerators and not hw.is_cpu else devices
+
+
+def _trial_rate(occupancy: Occupancy, devices: int, slot_peak: Callable[[int], float | None],
                 th: Mapping[str, Any]) -> dict[str, Any]:
     name, bound = "plausibility.trial_rate", th["max_epoch_to_peak"]
-    if slot_peak(1) is None:
+    peak = slot_peak(devices)
+    if peak is None:
         return R.check(name, bound, None, True, "not checked: no peak FLOP/s known (see system.peak)")
     if not occupancy.rates:
         return R.check(name, bound, None, True, "no trial trained")
     too_fast, fastest, fastest_ratio = _Findings(), None, 0.0
-    for trial, rate, devices in occupancy.rates:
-        peak = slot_peak(devices) or 0.0
+    for trial, rate in occupancy.rates:
         ratio = rate / peak if peak else float("inf")
         if ratio > fastest_ratio or fastest is None:
             fastest, fastest_ratio = (trial, rate), ratio

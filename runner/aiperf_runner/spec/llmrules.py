@@ -66,6 +66,18 @@ one (0.308). A bf16 trial that skipped half its steps fails; one that skipped a 
 the `llm` preset's 1,000-step trials were not measured (docs/rules.md, "AIPerf-LLM")."""
 
 
+def reexecute_tolerance(precision: str) -> float:
+    """The largest ratio an honest trial of a run at `precision` may re-execute to; the loosest for a precision
+    REEXECUTE_TOLERANCE does not list."""
+    return REEXECUTE_TOLERANCE.get(precision, max(REEXECUTE_TOLERANCE.values()))
+
+
+def trial_seed(run_seed: int, trial: str) -> int:
+    """A trial's seed from the run's seed and the trial's number (`t0007`): the controller gives it to the trial
+    (run/llmrun.py) and a re-execution derives it again (train/llm/reexecute.py)."""
+    return run_seed * 100_003 + int(trial[1:])
+
+
 class LlmPresetError(AiperfError, ValueError):
     """An unknown AIPerf-LLM preset."""
 

@@ -8,8 +8,9 @@ hash, the seed's, each child equal to its parent's grown by the logged growths),
 budget x its batch) and FLOPs; `validity.*` — every growth kept its parent's function (the trial's logged
 probe gap within the tolerance), the best validation loss at or under the preset's gate, the run's duration,
 at least one finished trial; `stability.*` and `plausibility.*` — the image workload's bounds on the score
-series, the peak, each trial's training rate, the slots and the log's times (spec/llmplausibility.py). Only trials that finished count: their `train_end` FLOPs over the run's time
-(run_started to run_finished) is the score.
+series, the peak, each trial's training rate, the slots and the log's times (spec/llmplausibility.py). Only
+trials that finished count: their `train_end` FLOPs over the run's time (run_started to run_finished) is the
+score.
 """
 
 from __future__ import annotations
@@ -85,8 +86,7 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
     judged = trust_checks(run, events, registration=registration, witness_keys=witness_keys, records=records,
                           rules_version=witness_rules)
     checks += judged.checks
-    occupancy = Occupancy.of(events, story.flops_counted)
-    checks += plausibility_checks(occupancy, report["series"], run, judged.hardware, judged.peak,
+    checks += plausibility_checks(story.occupancy, report["series"], run, judged.hardware, judged.peak,
                                   judged.peak_source, R.thresholds(witness_rules or R.RULES_VERSION))
     report.update(peak_flops=judged.peak, peak_source=judged.peak_source, system={
         "registered": judged.hardware.registered, "describe": judged.hardware.describe()},
@@ -169,14 +169,16 @@ class _Story:
         if last.get("type") != "run_finished":
             self.problems["lifecycle"].append("the log does not end with run_finished (the run is incomplete)")
         self.duration_s = float(last.get("t", 0) - first.get("t", 0)) if events else 0.0
+        self.occupancy = Occupancy.starting(first)  # the slots and training rates, read in this same pass
         for number, ev in enumerate(events, 1):
             handler = getattr(self, "_on_" + str(ev.get("type")), None)
-            if handler is None:
-                continue
-            try:
-                handler(ev)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a line without its fields
-                self._bad("lifecycle", f"line {number} ({ev.get('type')}): malformed ({type(exc).__name__}: {exc})")
+            if handler is not None:
+                try:
+                    handler(ev)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a line without its fields
+                    self._bad("lifecycle",
+                              f"line {number} ({ev.get('type')}): malformed ({type(exc).__name__}: {exc})")
+            self.occupancy.read(number, ev, self.flops_counted(ev) if ev.get("type") == "train_end" else None)
 
     def _bad(self, kind: str, message: str) -> None:
         if len(self.problems[kind]) < 20:

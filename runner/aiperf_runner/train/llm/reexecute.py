@@ -62,7 +62,8 @@ from aiperf_runner.data import llmshards
 from aiperf_runner.data.llmshards import TokenData
 from aiperf_runner.data.llmtext import TextData
 from aiperf_runner.spec.llmflops import LlmArch
-from aiperf_runner.spec.llmrules import REEXECUTE_TOLERANCE, LlmPreset, llm_preset
+from aiperf_runner.spec.llmrules import LlmPreset, llm_preset, trial_seed
+from aiperf_runner.spec.llmrules import reexecute_tolerance as tolerance_for
 
 from ..weights import file_sha256, load_weights
 from .model import build_model
@@ -73,9 +74,6 @@ __all__ = ["Plan", "Replayed", "distance_ratio", "main", "reexecute", "replay", 
            "tolerance_for", "trial_seed"]
 
 
-def trial_seed(run_seed: int, trial: str) -> int:
-    """A trial's seed as the controller gives it (run/llmrun.py `_launch`): the run's seed and the trial's number."""
-    return run_seed * 100_003 + int(trial[1:])
 
 
 @dataclass(frozen=True)
@@ -204,10 +202,6 @@ def replay(plan: Plan, data: TextData | TokenData | None = None) -> Replayed:
     return Replayed(start, final, seconds)
 
 
-def tolerance_for(precision: str) -> float:
-    """The largest ratio an honest trial of a run at `precision` (run.json's) may re-execute to (spec/llmrules.py
-    REEXECUTE_TOLERANCE); the loosest for a precision it does not list."""
-    return REEXECUTE_TOLERANCE.get(precision, max(REEXECUTE_TOLERANCE.values()))
 
 
 def _verdict(plan: Plan) -> dict[str, Any]:
