@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aiperf_runner.run import llmrun
 from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig
 from aiperf_runner.search.llmbaselines import (
     LlmRandomGrowthSearch,
@@ -106,9 +105,7 @@ def test_factories_bound_the_searches_as_a_run_does_and_pick_the_hparam_policy()
 
 @pytest.mark.parametrize(("factory", "cls"), [(None, LlmArchitectureSearch), (llm_seed_only_factory, LlmSeedOnlySearch),
                                               (llm_random_factory, LlmRandomGrowthSearch)])
-def test_create_takes_the_searches_from_a_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory,
-                                                  cls) -> None:
-    monkeypatch.setattr(llmrun, "_device_type", lambda: "cpu")  # no torch import for run.json
+def test_create_takes_the_searches_from_a_factory(tmp_path: Path, factory, cls) -> None:
     run = LlmRun.create(LlmRunConfig(seed=5, devices_per_slot=1), tmp_path / "run", say=lambda _: None,
                         search_factory=factory)
     try:
@@ -116,3 +113,4 @@ def test_create_takes_the_searches_from_a_factory(tmp_path: Path, monkeypatch: p
         assert run.search.max_layers == PRESET.max_layers
     finally:
         run.log.close()
+        run.backend.shutdown()

@@ -140,6 +140,11 @@ def run(
     from aiperf_runner.run.controller import RunConfig
     from aiperf_runner.run.progress import make_progress
 
+    options = _backend_options(backend_opt, {
+        "partition": partition, "account": account, "reservation": reservation, "qos": qos,
+        "constraint": constraint, "prologue": str(prologue) if prologue else None, "wrap": wrap,
+        "rdzv_iface": rdzv_iface, "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
+        "time_limit": time_limit})
     if workload == "llm" or (resume is not None and _is_llm_run(resume)):
         registration, service = _registration(system, offline, server, token) if resume is None else (None, None)
         if resume is not None and not offline:
@@ -148,7 +153,7 @@ def run(
             service = find_service(server, token, required=False)
         _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume,
                  service, registration, trial_module if trial_module != TRIAL_MODULE else None, data,
-                 rehearsal=rehearsal)
+                 rehearsal=rehearsal, backend=backend, backend_options=options)
         return
     if workload != "image":
         raise AiperfError(f"unknown --workload {workload!r}: image or llm")
@@ -160,11 +165,6 @@ def run(
         else:
             duration_s = _duration_s(preset, duration)
             run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-            options = _backend_options(backend_opt, {
-                "partition": partition, "account": account, "reservation": reservation, "qos": qos,
-                "constraint": constraint, "prologue": str(prologue) if prologue else None, "wrap": wrap,
-                "rdzv_iface": rdzv_iface, "nodes_per_slot": nodes_per_slot, "gpus_per_node": gpus_per_node,
-                "time_limit": time_limit})
             config = RunConfig(preset=preset, slots=slots,
                                duration_s=duration_s, backend=backend, devices_per_slot=devices_per_slot,
                                precision=precision, data=data, data_manifest=data_manifest, stage_data=stage_data, seed=seed, max_retries=max_retries,
@@ -310,9 +310,11 @@ def _is_llm_run(run_dir: Path) -> bool:
 def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
              devices_per_slot: int, max_retries: int, resume: Path | None, service: Service | None,
              registration: dict[str, Any] | None, trial_module: str | None = None, data: str | None = None,
-             rehearsal: bool = False) -> None:
-    """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run on this machine (run/llmrun.py),
-    witnessed by `service` when `--system` names a `registration`; `data`: a shard preset's shards (`--data`)."""
+             rehearsal: bool = False, backend: str = "local", backend_options: dict[str, Any] | None = None) -> None:
+    """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run (run/llmrun.py), its trials on
+    `backend` (local: this machine; slurm: a job per attempt) with `backend_options`, witnessed by `service` when
+    `--system` names a `registration`; `data`: a shard preset's shards (`--data`). A resume takes its backend
+    from the run's run.json."""
     from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, summary
 
     if resume is not None:
@@ -321,9 +323,12 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
         config = llm.config
         typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
     else:
-        config = LlmRunConfig(preset=preset, slots=slots or 1, seed=seed, devices_per_slot=devices_per_slot,
-                              duration_s=parse_duration(duration) if duration else None, max_retries=max_retries,
-                              data=data, rehearsal=rehearsal)
+        # No --slots: one on this machine (it gets every core or GPU); the backend's own default elsewhere
+        # (slurm: as many as the partition's usable nodes hold).
+        config = LlmRunConfig(preset=preset, slots=slots or (1 if backend == "local" else 0), seed=seed,
+                              devices_per_slot=devices_per_slot, max_retries=max_retries, data=data,
+                              duration_s=parse_duration(duration) if duration else None, rehearsal=rehearsal,
+                              backend=backend, backend_options=dict(backend_options or {}))
         if trial_module:
             config.trial_module = trial_module
         run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -332,7 +337,8 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
         typer.echo(f"witnessed by {llm.witness.witnessing.service.server} (registered system "
                    f"{llm.run_json['system']['id']}): the service issued this run's id and token")
     typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']}: preset {config.preset}, {config.slots} slot(s) of "
-               f"{config.devices_per_slot} process(es), {config.duration_s:.0f} s, in {run_dir}")
+               f"{config.devices_per_slot} process(es), {config.duration_s:.0f} s, backend {config.backend}, "
+               f"in {run_dir}")
     # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: trials stopped, the log closed
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

@@ -1,9 +1,17 @@
 """The AIPerf-LLM run (`aiperf-runner run --workload llm`): the architecture search over transformer shapes
-and TPE over the hyper-parameters, each trial trained data-parallel over its slot on this machine.
+and TPE over the hyper-parameters, each trial trained data-parallel over its slot.
 
-The controller writes `run.json` (`workload: llm`) and the hash-chained `events.jsonl`; every trial gets a
-directory `trials/<id>/` with its `trial.json` and runs `python -m aiperf_runner.train.llm.trialmain` there
-(its processes share the slot's cores). A child is launched once its parent has finished (it starts from the
+Trials run through a Backend (backends/base.py; run/llmlaunch.py), as the image workload's do: `local` by
+default (a process group per attempt on this machine, each slot its own GPUs through CUDA_VISIBLE_DEVICES, or
+its share of the cores), `slurm` with `--backend slurm` (a batch job per attempt, submitted from threads beside
+the loop; a multi-node slot runs the trial program under torchrun on each node, and the trial takes its rank
+from the environment). The controller writes `run.json` (`workload: llm`; `config.backend` and the public
+`backend_options`, the backend's facts in `system`, e.g. `system.slurm`, as an image run records them; the
+site's own options in `local/private.json`: run/llmstartup.py) and the hash-chained `events.jsonl`; every trial
+gets a directory `trials/<id>/` with its `trial.json` and each attempt runs `python -m
+aiperf_runner.train.llm.trialmain TRIAL_DIR` on its slot, its output in `attempt-<n>.out`. A resume stops what
+a killed controller left running through `Backend.reap_orphan` (the local backend's pid file, the SLURM job ids
+in `slurm-<n>.jobid`). A child is launched once its parent has finished (it starts from the
 parent's weights); until then its proposal waits. Main-log events (docs/log-format.md, "AIPerf-LLM runs"):
 run_started, trial_proposed, trial_started, train_end (copied from the trial's log), trial_finished,
 trial_failed, trial_cancelled, run_finished. At the duration, running trials are stopped and their work is
@@ -19,10 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import signal
-import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -31,38 +35,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiperf_runner import __version__
-from aiperf_runner.run import llmwitness
-from aiperf_runner.rundir.privacy import read_private, write_private
+from aiperf_runner.backends.base import Backend, Slot, TrialHandle
+from aiperf_runner.backends.local import LocalBackend
+from aiperf_runner.run import llmlaunch, llmstartup, llmwitness
+from aiperf_runner.run.llmstartup import LlmRunConfig, LlmRunError
 from aiperf_runner.search.llmhparams import LlmHparamSearch
 from aiperf_runner.search.llmsearch import LlmArchitectureSearch, LlmProposal
 from aiperf_runner.spec import SPEC_VERSION
-from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.eventlog import EventWriter, read_events
-from aiperf_runner.spec.llmrules import LLM_PRESETS, RULES, WORKLOAD, LlmPreset, llm_preset, trial_seed
-from aiperf_runner.util import sysinfo
+from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset, trial_seed
+
+__all__ = ["POLL_S", "LlmRun", "LlmRunConfig", "LlmRunError", "summary"]
 
 if TYPE_CHECKING:
     from aiperf_runner.client.service import Service
 
 POLL_S = 0.2
 SearchFactory = Callable[[LlmPreset, int], tuple[LlmArchitectureSearch, LlmHparamSearch]]
-
-
-class LlmRunError(AiperfError, RuntimeError):
-    """An LLM run that cannot start."""
-
-
-@dataclass
-class LlmRunConfig:
-    preset: str = "llm-smoke"
-    slots: int = 1
-    duration_s: float | None = None
-    seed: int = 0
-    devices_per_slot: int = 0  # 0: this machine's cores (or GPUs) shared out between the slots
-    max_retries: int = 1
-    trial_module: str = "aiperf_runner.train.llm.trialmain"  # the trial program (tests run dishonest ones)
-    data: str | None = None  # a shard preset's token shards (data/llmshards.py); the byte presets make their text
-    rehearsal: bool = False  # run --rehearsal: on a rehearsal token (never ranked; submit --rehearsal)
 
 
 @dataclass
@@ -75,7 +64,7 @@ class _Trial:
     round: int
     attempt: int = 0
     slot: int | None = None
-    process: subprocess.Popen[bytes] | None = None
+    handle: TrialHandle | None = None  # the running attempt's, from its backend
     copied: int = 0
     loss: float | None = None
     done: bool = False
@@ -91,6 +80,8 @@ class LlmRun:
     log: EventWriter
     search: LlmArchitectureSearch
     hparams: LlmHparamSearch
+    backend: Backend
+    slots: list[Slot]
     say: Callable[[str], None] = print
     trials: dict[str, _Trial] = field(default_factory=dict)
     by_hash: dict[str, str] = field(default_factory=dict)
@@ -100,6 +91,10 @@ class LlmRun:
     started_at: float = field(default_factory=time.time)
     witness: llmwitness.LlmWitness | None = None  # a witnessed run's heartbeats and receipts (run/llmwitness.py)
     records: int = 0  # training records (train_end lines) in the main log
+    launches: llmlaunch.LlmLaunches = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.launches = llmlaunch.LlmLaunches(self.backend)
 
     @classmethod
     def create(cls, config: LlmRunConfig, run_dir: str | Path, say: Callable[[str], None] = print,
@@ -110,51 +105,31 @@ class LlmRun:
         `resume` always rebuilds the searches as built. With `service` and `registration` (the registered system
         the run is judged by) the run is witnessed: the service gives its run id and token."""
         preset = llm_preset(config.preset)
-        _check_data(preset)
+        llmstartup.check_data(preset)
         run_dir = Path(run_dir)
         if (run_dir / "run.json").exists():
             raise LlmRunError(f"{run_dir} already holds a run: choose another --out")
-        if config.data is not None:
-            config.data = os.path.abspath(config.data)  # the trials and a --resume may start elsewhere
-        dataset = _check_shards(preset, config.data, say)
-        (run_dir / "trials").mkdir(parents=True, exist_ok=True)
-        if config.data is not None:
-            write_private(run_dir, {"data": config.data})  # a path of the site: never in run.json or the bundle
-        config.duration_s = config.duration_s or preset.default_duration_s
-        config.devices_per_slot = config.devices_per_slot or _devices_per_slot(config.slots)
-        device_type = _device_type()
-        # The machine as for image runs (accelerators used, CPU, software) and its peak at the trainer's precision
-        # (bf16 autocast on CUDA, fp32 on a CPU: train/llm/trainer.py), for the list's efficiency column.
-        system = sysinfo.collect(config.slots, config.devices_per_slot, device_type)
-        peaks, peak_sources = sysinfo.declared_peaks(system)
-        run_json = {
-            "workload": WORKLOAD, "run_id": secrets.token_hex(16), "preset": preset.name, "rules": RULES,
-            "slots": config.slots, "devices_per_slot": config.devices_per_slot, "duration_s": config.duration_s,
-            "seed": config.seed, "max_retries": config.max_retries, "runner_version": __version__,
-            **({"trial_module": config.trial_module} if config.trial_module != LlmRunConfig.trial_module else {}),
-            "spec_version": SPEC_VERSION, "dataset": dataset, "device_type": device_type,
-            "precision": "bf16" if device_type == "cuda" else "fp32", "system": system,
-            "declared_peak_flops": peaks, "declared_peak_source": peak_sources, "created_at": time.time(),
-            # What a run token binds, where an image run's run.json keeps it (spec/witness.py TOKEN_BOUND).
-            "config": {"slots": config.slots, "devices_per_slot": config.devices_per_slot,
-                       "duration_s": config.duration_s, **({"rehearsal": True} if config.rehearsal else {})},
-        }
-        token = None
         if config.rehearsal and (service is None or registration is None):
             raise LlmRunError("--rehearsal needs --system: a rehearsal is witnessed by the service like an official run")
-        if service is not None and registration is not None:
-            system.update(id=registration["id"], registration=dict(registration),
-                          name=system.get("name") or registration.get("name") or "")
-            token = llmwitness.ask(service, registration, run_json)
-            run_json["run_id"] = token["run_id"]
-        (run_dir / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True) + "\n")
-        if search_factory is None:
-            search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
-            hparams = LlmHparamSearch(seed=config.seed, **_hparam_options(preset))
-        else:
-            search, hparams = search_factory(preset, config.seed)
+        if config.data is not None:
+            config.data = os.path.abspath(config.data)  # the trials and a --resume may start elsewhere
+        dataset = llmstartup.check_shards(preset, config.data, say)
+        (run_dir / "trials").mkdir(parents=True, exist_ok=True)
+        config.duration_s = config.duration_s or preset.default_duration_s
+        backend, slots = llmstartup.open_backend(config, run_dir)
+        try:
+            run_json, token = llmstartup.new_run_json(config, preset, dataset, run_dir, backend, slots, service, registration)
+            if search_factory is None:
+                search = LlmArchitectureSearch(preset.seed_arch, **_search_options(preset, config))
+                hparams = LlmHparamSearch(seed=config.seed, **_hparam_options(preset))
+            else:
+                search, hparams = search_factory(preset, config.seed)
+            backend.prepare(llmstartup.trial_argv(config))  # before the clock (the local backend's zygote, when asked for)
+        except BaseException:
+            backend.shutdown()
+            raise
         log = EventWriter(run_dir / "events.jsonl")
-        self = cls(run_dir, config, preset, run_json, log, search, hparams, say)
+        self = cls(run_dir, config, preset, run_json, log, search, hparams, backend, slots, say)
         witnessed = {"token": token["token"]} if token else {}
         self.started_at = log.append("run_started", run_id=run_json["run_id"], workload=WORKLOAD, preset=preset.name, rules=RULES,
                    slots=config.slots, devices_per_slot=config.devices_per_slot, runner_version=__version__,
@@ -172,19 +147,21 @@ class LlmRun:
         duration still counts from the run's start. A witnessed run goes on witnessed with `service`."""
         run_dir = Path(run_dir)
         run_json = json.loads((run_dir / "run.json").read_text())
-        config = LlmRunConfig(preset=run_json["preset"], slots=run_json["slots"], duration_s=run_json["duration_s"],
-                              seed=run_json["seed"], devices_per_slot=run_json["devices_per_slot"],
-                              max_retries=run_json.get("max_retries", 1),
-                              trial_module=run_json.get("trial_module", LlmRunConfig.trial_module),
-                              rehearsal=bool((run_json.get("config") or {}).get("rehearsal")))
+        config = llmstartup.resumed_config(run_dir, run_json)
         preset = llm_preset(config.preset)
         if preset.shards is not None:
-            config.data = _resumed_shards(run_dir, preset, run_json)
+            config.data = llmstartup.resumed_shards(run_dir, preset, run_json)
         log = EventWriter(run_dir / "events.jsonl")  # drops a line cut short by the kill
         events = read_events(run_dir / "events.jsonl")
         if events[-1]["type"] == "run_finished":
             log.close()
             raise LlmRunError(f"{run_dir}: the run finished ({events[-1]['reason']}); there is nothing to resume")
+        try:
+            backend, slots = llmstartup.open_backend(config, run_dir)
+        except BaseException:
+            log.close()
+            raise
+        slots = slots[:run_json["slots"]]  # never more trials at once than the run declared
         trials = _trials_of(events)
         by_trial_hash = {t.trial: t.proposal.arch_hash for t in trials.values()}
         search = LlmArchitectureSearch.from_history(preset.seed_arch, [
@@ -195,9 +172,10 @@ class LlmRun:
         hparams = LlmHparamSearch.from_history(
             [{"trial": t.trial, "hparams": t.hparams, "loss": t.loss, "hparam_source": t.source}
              for t in trials.values()], seed=config.seed, **_hparam_options(preset))
-        self = cls(run_dir, config, preset, run_json, log, search, hparams, say, trials=trials,
+        self = cls(run_dir, config, preset, run_json, log, search, hparams, backend, slots, say, trials=trials,
                    by_hash={t.proposal.arch_hash: t.trial for t in trials.values()},
                    started_at=events[0]["t"])
+        backend.prepare(llmstartup.trial_argv(config))
         self.records = sum(e["type"] == "train_end" for e in events)
         log.append("run_resumed", run_id=run_json["run_id"])
         if service is not None:
@@ -207,8 +185,11 @@ class LlmRun:
         for trial in trials.values():
             if trial.done:
                 continue
-            if trial.slot is not None:  # running when the controller died
-                _kill_leftover(run_dir / "trials" / trial.trial / "attempt.pid")
+            # Running when the controller died, or perhaps launched in the instant before (a submit in flight).
+            note = backend.reap_orphan(run_dir / "trials" / trial.trial)
+            if note:
+                say(f"{trial.trial}: {note}")
+            if trial.slot is not None:
                 trial.slot = None
                 self._failed(trial, "the controller stopped while it ran (resumed)")
             else:
@@ -220,27 +201,41 @@ class LlmRun:
     def run(self) -> str:
         assert self.config.duration_s is not None
         deadline = self.started_at + self.config.duration_s  # counted from the run's start, across resumes
-        reason = "duration"
+        reason, error = "duration", None
         try:
             while time.time() < deadline:
                 self._poll()
+                self._launched()
                 self._fill()
                 if self.witness is not None:
                     self.witness.tick()
-                if self.exhausted and not self.running and not self.waiting:
+                if self.exhausted and not self.running and not self.waiting and not self.launches.pending:
                     reason = "exhausted"
                     break
-                time.sleep(POLL_S)
+                # Wakes as soon as an attempt writes its log or ends (inotify, a pidfd; stat for SLURM's).
+                self.backend.wait_changed(max(0.0, min(POLL_S, deadline - time.time())))
         except KeyboardInterrupt:
             reason = "stopped"
-        self._poll()
-        for trial in list(self.running.values()):
-            self._stop(trial, "duration" if reason == "duration" else "stop")
-        self.log.append("run_finished", reason=reason)
-        if self.witness is not None:
-            self.witness.finish()
-        self.log.close()
+        except llmlaunch.LlmBackendError as exc:  # the backend refuses every launch
+            reason, error = "stopped", str(exc)
+        self._end(reason, error)
+        if error is not None:
+            raise LlmRunError(error)
         return reason
+
+    def _end(self, reason: str, error: str | None) -> None:
+        """Running attempts stopped and logged cancelled, `run_finished`, then the backend shut down (launches
+        still in flight never started as far as the log says: their jobs go with the shutdown)."""
+        try:
+            self._poll()
+            self._stop_all("duration" if reason == "duration" else "stop")
+            self.log.append("run_finished", reason=reason, **({"error": error} if error else {}))
+            if self.witness is not None:
+                self.witness.finish()
+        finally:
+            self.launches.close()
+            self.backend.shutdown()
+            self.log.close()
 
     def _figures(self) -> tuple[float, int, float | None]:
         finished = [t for t in self.trials.values() if t.loss is not None]
@@ -248,8 +243,8 @@ class LlmRun:
                                      float(sum(t.flops for t in finished)), self.records)
 
     def _fill(self) -> None:
-        for slot in range(self.config.slots):
-            if slot in self.running:
+        for slot in self.slots:
+            if slot.index in self.running or slot.index in self.launches.pending:
                 continue
             trial = self._next()
             if trial is None:
@@ -291,9 +286,9 @@ class LlmRun:
                         round=round_, steps=self.preset.steps_per_trial)
         return trial
 
-    def _launch(self, trial: _Trial, slot: int) -> None:
+    def _launch(self, trial: _Trial, slot: Slot) -> None:
         trial.attempt += 1
-        trial.slot, trial.copied = slot, 0
+        trial.slot, trial.copied = slot.index, 0
         trial_dir = self.run_dir / "trials" / trial.trial
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "events.jsonl").unlink(missing_ok=True)  # an earlier attempt's log
@@ -303,26 +298,45 @@ class LlmRun:
                 "parent": parent.trial if parent else None,  # a sibling directory: no local path in the bundle
                 "parent_arch": parent.proposal.arch.to_dict() if parent else None, "hparams": trial.hparams,
                 "steps": self.preset.steps_per_trial, "seed": trial_seed(self.config.seed, trial.trial),
-                "world": self.config.devices_per_slot}
+                "world": slot.world_size}
         if self.preset.shards is not None:  # the trial refuses shards whose manifest is not the run's
             spec["data_digest"] = self.run_json["dataset"]["digest"]
         (trial_dir / "trial.json").write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
-        threads = max(1, (os.cpu_count() or 1) // (self.config.slots * self.config.devices_per_slot))
-        env = {**os.environ, "AIPERF_THREADS_PER_RANK": str(threads), "OMP_NUM_THREADS": str(threads)}
-        with open(trial_dir / f"attempt-{trial.attempt}.out", "wb") as out:
-            trial.process = subprocess.Popen([sys.executable, "-m", self.config.trial_module,
-                                              str(trial_dir)], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                             start_new_session=True)
-        (trial_dir / "attempt.pid").write_text(f"{trial.process.pid}\n")  # for a resume to stop it
-        self.running[slot] = trial
-        self.log.append("trial_started", trial=trial.trial, attempt=trial.attempt, slot=slot,
-                        devices=self.config.devices_per_slot)
+        launch = llmlaunch.attempt_spec(self.run_dir, trial.trial, trial.attempt, self.config.trial_module,
+                                        self._trial_env())
+        launched = self.launches.start(trial.trial, launch, slot)
+        if launched is not None:  # else its trial_started once the launch has returned (_launched)
+            self._started(launched)
+
+    def _trial_env(self) -> dict[str, str]:
+        """The threads of each rank where the backend shares this machine's cores out; elsewhere (a SLURM job)
+        the trial takes its node's CPUs (train/distenv.py cpu_budget)."""
+        if not isinstance(self.backend, LocalBackend):
+            return {}
+        threads = str(self.backend.threads)
+        return {"AIPERF_THREADS_PER_RANK": threads, "OMP_NUM_THREADS": threads}
+
+    def _launched(self) -> None:
+        for launched in self.launches.done():
+            self._started(launched)
+
+    def _started(self, launched: llmlaunch.Launched) -> None:
+        """`trial_started` of a launch that returned; one the backend refused fails at once (to be retried)."""
+        trial = self.trials[launched.trial]
+        self.log.append("trial_started", trial=trial.trial, attempt=trial.attempt, slot=launched.slot.index,
+                        devices=launched.slot.world_size)
+        if launched.handle is None:
+            trial.slot = None
+            self._failed(trial, f"launch failed: {type(launched.error).__name__}: {launched.error}")
+            return
+        trial.handle = launched.handle
+        self.running[launched.slot.index] = trial
 
     def _poll(self) -> None:
         for slot, trial in list(self.running.items()):
             self._copy(trial)
-            assert trial.process is not None
-            rc = trial.process.poll()
+            assert trial.handle is not None
+            rc = trial.handle.poll()
             if rc is None:
                 continue
             self._copy(trial)
@@ -332,8 +346,8 @@ class LlmRun:
                 self._finished(trial, result[-1])
             else:
                 errors = self._trial_lines(trial, "trial_error")
-                error = errors[-1]["error"] if errors else f"the trial program exited with status {rc}"
-                self._failed(trial, error)
+                how = trial.handle.describe_failure() or f"exit status {rc}"
+                self._failed(trial, errors[-1]["error"] if errors else f"the trial program ended: {how}")
 
     def _trial_lines(self, trial: _Trial, kind: str) -> list[dict[str, Any]]:
         path = self.run_dir / "trials" / trial.trial / "events.jsonl"
@@ -374,33 +388,19 @@ class LlmRun:
             trial.done = True
             self.hparams.tell(trial.trial, None)
 
-    def _stop(self, trial: _Trial, reason: str) -> None:
-        assert trial.process is not None
-        try:
-            os.killpg(trial.process.pid, signal.SIGTERM)
-            trial.process.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(trial.process.pid, signal.SIGKILL)
-            trial.process.wait()
-        self.log.append("trial_cancelled", trial=trial.trial, attempt=trial.attempt, reason=reason)
-
-
-def _device_type() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
-def _devices_per_slot(slots: int) -> int:
-    """GPUs per slot with CUDA, else this machine's cores shared out (one process of one thread each)."""
-    if _device_type() == "cuda":
-        import torch
-
-        return max(1, torch.cuda.device_count() // slots)
-    return max(1, (os.cpu_count() or 1) // slots)
+    def _stop_all(self, reason: str) -> None:
+        """Every running attempt cancelled first, then each logged: the end of the run to run_finished is one
+        pass of log lines, not of cancellations (as the image controller's stop)."""
+        stopping = list(self.running.values())
+        self.running.clear()
+        for trial in stopping:
+            assert trial.handle is not None
+            try:
+                trial.handle.cancel()
+            except Exception as exc:  # noqa: BLE001 - the backend's shutdown stops it anyway
+                self.say(f"{trial.trial}: cancel failed: {exc}")
+        for trial in stopping:
+            self.log.append("trial_cancelled", trial=trial.trial, attempt=trial.attempt, reason=reason)
 
 
 def summary(run_dir: Path) -> dict[str, Any]:
@@ -413,60 +413,6 @@ def summary(run_dir: Path) -> dict[str, Any]:
     return {"trials_finished": len(losses), "tokens": sum(e["tokens_trained"] for e in trained),
             "flops": sum(e["flops"] for e in trained), "best_loss": min(losses) if losses else None,
             "morphisms": sorted({g for e in trained for g in e["growths"]})}
-
-
-def _check_data(preset: LlmPreset) -> None:
-    """Fail before the clock starts when the preset's text cannot be had here (rather than in every trial)."""
-    from aiperf_runner.data.llmtext import KJV_NAME, TextError, kjv_text
-
-    if preset.data == KJV_NAME:
-        try:
-            kjv_text()
-        except TextError as exc:
-            raise LlmRunError(f"{preset.name}: {exc}") from None
-
-
-def _check_shards(preset: LlmPreset, data: str | None, say: Callable[[str], None]) -> dict[str, Any]:
-    """run.json's `dataset` block: the preset's; for a shard preset with the facts of the manifest in `data`, which
-    is verified here, before the clock starts (every shard re-hashed: the time is printed, not scored)."""
-    if preset.shards is None:
-        if data is not None:
-            raise LlmRunError(f"{preset.name} makes its own text: --data is for the shard presets "
-                              f"({', '.join(n for n, p in LLM_PRESETS.items() if p.shards is not None)})")
-        return preset.to_json()
-    from aiperf_runner.data import llmshards
-
-    if data is None:
-        raise LlmRunError(f"{preset.name} trains on token shards: give --data DIR, a directory of llm.c .bin shards "
-                          f"with their manifest {llmshards.MANIFEST} (`aiperf-runner stage --workload llm`)")
-    start = time.monotonic()
-    try:
-        manifest = llmshards.verify(data)
-        dataset = llmshards.check_preset(manifest, preset)
-    except llmshards.ShardError as exc:
-        raise LlmRunError(f"{preset.name}: {exc}") from None
-    say(f"data: {dataset['train_shards'] + dataset['val_shards']} shards, {dataset['train_tokens']:,} training and "
-        f"{dataset['val_tokens']:,} validation tokens ({dataset['tokenizer']}), manifest {dataset['digest'][:16]}... "
-        f"verified in {time.monotonic() - start:.1f} s (before the clock: not scored)")
-    return dataset
-
-
-def _resumed_shards(run_dir: Path, preset: LlmPreset, run_json: dict[str, Any]) -> str:
-    """A resumed shard run's data directory (local/private.json), its manifest still the run's (read, not
-    re-hashed: the clock runs; every trial checks the shards' headers and sizes)."""
-    from aiperf_runner.data import llmshards
-
-    data = read_private(run_dir).get("data")
-    if not data:
-        raise LlmRunError(f"{run_dir}: the run's shard directory is not recorded (local/private.json data)")
-    try:
-        manifest = llmshards.read_manifest(data)
-    except llmshards.ShardError as exc:
-        raise LlmRunError(f"{preset.name}: {exc}") from None
-    if manifest["digest"] != (run_json.get("dataset") or {}).get("digest"):
-        raise LlmRunError(f"{data}: its manifest is not the one this run verified (digest "
-                          f"{manifest['digest'][:16]}...)")
-    return str(data)
 
 
 def _hparam_options(preset: LlmPreset) -> dict[str, Any]:
@@ -509,11 +455,3 @@ def _trials_of(events: list[dict[str, Any]]) -> dict[str, _Trial]:
             trial.slot = None
             trial.done = kind == "trial_failed" and not ev["retry"]
     return trials
-
-
-def _kill_leftover(pid_file: Path) -> None:
-    """Stop an attempt the killed controller left running (its own process group)."""
-    try:
-        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-    except (OSError, ValueError):
-        pass  # gone already, or never started

@@ -1,16 +1,22 @@
-"""One AIPerf-LLM trial, as the LLM controller (run/llmrun.py) launches it:
+"""One AIPerf-LLM trial, as the LLM controller (run/llmrun.py) launches it through its backend:
 `python -m aiperf_runner.train.llm.trialmain TRIAL_DIR`.
 
 The trial reads `TRIAL_DIR/trial.json` (its architecture, parent, growths, hyper-parameters and step budget),
 builds its model — the preset's seed, or its parent's final weights and AdamW moments grown by the logged
 growths, each checked to keep the parent's function on the probe batch — trains it data-parallel over its
-slot's `world` processes (gloo on CPU, NCCL on CUDA: torch.multiprocessing, a file rendezvous in the trial
-directory), evaluates it with the frozen evaluation and, from rank 0, writes `weights.safetensors`,
-`optimizer.safetensors` (a child's inheritance) and its own hash-chained log `events.jsonl`: one
-`train_end` {trial, attempt, steps, tokens_trained, flops, val_loss, started_at, ended_at, growth_gap,
-growths} and one `trial_result` (with both files' SHA-256, `weights_sha256` and `optimizer_sha256`, which the
+slot's `world` processes (gloo on CPU, NCCL on CUDA), evaluates it with the frozen evaluation and, from rank 0,
+writes `weights.safetensors`, `optimizer.safetensors` (a child's inheritance) and its own hash-chained log
+`events.jsonl`: one `train_end` {trial, attempt, steps, tokens_trained, flops, val_loss, started_at, ended_at,
+growth_gap, growths} and one `trial_result` (with both files' SHA-256, `weights_sha256` and `optimizer_sha256`, which the
 controller's `trial_finished` records), or `trial_error` when it fails (exit status 1). A growth that changed the
 function beyond `spec.llmrules.GROWTH_TOLERANCE` is an error: its child never trains.
+
+Its ranks: started alone (the local backend, a one-node SLURM job) it spawns `world` processes itself
+(torch.multiprocessing, a file rendezvous in the trial directory); started as one process per rank by a launcher
+(torchrun, as the slurm backend runs a multi-node trial, or srun: train/distenv.py `detect_dist_env`) it runs its
+own rank, meeting the others at env:// (MASTER_ADDR, MASTER_PORT) or else tcp:// at the address SLURM gives, on
+its LOCAL_RANK's GPU; the launcher's world must be trial.json's. Each rank's threads: $AIPERF_THREADS_PER_RANK
+(the local backend's share of the cores), else the CPUs this process may use here over the ranks on this node.
 
 A shard preset's trial (`llm`, `llm-bytes`) reads the run's token shards (data/llmshards.py): their directory from
 the run's `local/private.json` (`data`: never bundled, as an image run's data root), their manifest's digest from
@@ -39,6 +45,8 @@ from aiperf_runner.spec.eventlog import EventWriter
 from aiperf_runner.spec.llmflops import LlmArch, LlmLayer
 from aiperf_runner.spec.llmrules import GROWTH_TOLERANCE, PROBE_SEQUENCES, LlmPreset, llm_preset
 
+from ..config import TrialError
+from ..distenv import DistEnv, cpu_budget, detect_dist_env
 from ..weights import file_sha256, load_weights, save_weights
 from .model import build_model
 from .morph import Growth, add_heads, function_gap, insert_block, widen_mlp
@@ -159,11 +167,14 @@ def build_session(spec: dict[str, Any], parent: tuple[Path, Path | None] | None,
     return session, gap
 
 
-def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rendezvous: str) -> None:
+def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rendezvous: str,
+             local_rank: int | None = None) -> None:
+    """Rank `rank` of `world`, on the GPU of its `local_rank` (its rank where it spawned its node's ranks)."""
     if world > 1:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend, init_method=rendezvous, rank=rank, world_size=world)
-    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    gpu = rank if local_rank is None else local_rank
+    device = torch.device(f"cuda:{gpu % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     log = EventWriter(trial_dir / "events.jsonl") if rank == 0 else None
@@ -200,15 +211,45 @@ def run_rank(rank: int, world: int, trial_dir: Path, spec: dict[str, Any], rende
             dist.destroy_process_group()
 
 
-def _spawned(rank: int, world: int, trial_dir: str, spec: dict[str, Any], rendezvous: str) -> None:
-    torch.set_num_threads(max(1, int(os.environ.get("AIPERF_THREADS_PER_RANK", "1"))))
-    run_rank(rank, world, Path(trial_dir), spec, rendezvous)
-    # Done and logged (the files written, the log closed, the group destroyed): gloo's threads can abort the
-    # interpreter's finalisation (SIGABRT, "terminate called without an active exception"; 4 of 30 two-rank trials
-    # on a CPU), which failed a trial that had finished. As tests/train/test_llm_trainer.py's ranks exit.
+def _threads(ranks_here: int) -> int:
+    """Intra-op threads of each rank: the local backend's share ($AIPERF_THREADS_PER_RANK), else this process's
+    CPUs (a SLURM job's allocation on its node) over the ranks on this node."""
+    given = os.environ.get("AIPERF_THREADS_PER_RANK", "")
+    return max(1, int(given)) if given.isdigit() else max(1, cpu_budget() // max(1, ranks_here))
+
+
+def _exit_done() -> None:
+    """Done and logged (the files written, the log closed, the group destroyed): gloo's threads can abort the
+    interpreter's finalisation (SIGABRT, "terminate called without an active exception"; 4 of 30 two-rank trials
+    on a CPU), which failed a trial that had finished. As tests/train/test_llm_trainer.py's ranks exit."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _spawned(rank: int, world: int, trial_dir: str, spec: dict[str, Any], rendezvous: str) -> None:
+    torch.set_num_threads(_threads(world))
+    run_rank(rank, world, Path(trial_dir), spec, rendezvous)
+    _exit_done()
+
+
+def rendezvous_of(denv: DistEnv) -> str:
+    """Where the ranks of a launcher meet: env:// with torchrun's (or the batch script's) MASTER_ADDR and
+    MASTER_PORT, so that torch takes torchrun's own store where it offers one; else tcp:// at the address and port
+    distenv derived from SLURM's variables (srun)."""
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return "env://"
+    return f"tcp://{denv.master_addr}:{denv.master_port}"
+
+
+def run_launched(denv: DistEnv, trial_dir: Path, spec: dict[str, Any]) -> None:
+    """This process's rank of a trial whose launcher started one process per rank."""
+    world = int(spec.get("world", 1))
+    if denv.world_size != world:
+        raise TrialError(f"launched as rank {denv.rank} of {denv.world_size} ({denv.source}), but trial.json's "
+                         f"world is {world}")
+    torch.set_num_threads(_threads(denv.local_world_size))
+    run_rank(denv.rank, denv.world_size, trial_dir, spec, rendezvous_of(denv), local_rank=denv.local_rank)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,8 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads((trial_dir / "trial.json").read_text())
     world = int(spec.get("world", 1))
     try:
-        if world == 1:
-            torch.set_num_threads(max(1, int(os.environ.get("AIPERF_THREADS_PER_RANK", "1"))))
+        denv = detect_dist_env()
+        if denv is not None and denv.world_size > 1:
+            run_launched(denv, trial_dir, spec)
+            _exit_done()
+        elif world == 1:
+            torch.set_num_threads(_threads(1))
             run_rank(0, 1, trial_dir, spec, "")
         else:
             fd, name = tempfile.mkstemp(prefix="rdzv-", dir=trial_dir)
