@@ -12,8 +12,9 @@
   last logged accuracy within the rules table's tolerance). All pass: the result
   may enter the official division; one fails: the submission is rejected, naming the trial.
 - an AIPerf-LLM result (workload llm) commits no segments: its audit is its challenged trials' weights,
-  re-evaluated for their validation loss (`audit.weights`, `audit.architecture`, `audit.loss`:
-  leaderboard/llmaudit.py, `python -m aiperf_runner.train.llm.reevaluate`).
+  re-evaluated for their validation loss (`audit.weights`, `audit.architecture`, `audit.loss`), and a draw of
+  whole trials re-executed from the start their log binds to the weights they claim (`audit.reexecute`):
+  leaderboard/llmaudit.py.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from django.utils import timezone
 
 from leaderboard import bundles, llmaudit, pipeline, ranking, translog
 from leaderboard.errors import Reason, Rejected
-from leaderboard.models import Evidence, Result, StateEvidence, Submission
+from leaderboard.models import Evidence, Result, StateEvidence, Submission, wanted_state_list
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +69,14 @@ def receive_evidence(sub: Submission, trial: str, upload: Any) -> Evidence:
 
 def receive_state(sub: Submission, sha256: str, upload: Any) -> StateEvidence:
     """Store one committed training state the audit asked for; Rejected (nothing stored) when it is not one."""
-    wanted = sub.states_wanted()
+    wanted = {w["sha256"]: w["path"] for w in wanted_state_list(sub.proof)}
     if sha256 not in wanted:
         raise Rejected("evidence", f"state {sha256[:16]}... is not one the audit asked for ({len(wanted)} asked)",
                        status=404)
     folder = Path(settings.MEDIA_ROOT) / "evidence" / str(sub.pk) / "states"
     final = folder / f"{sha256}.safetensors"
     size = _store_upload(upload, folder, final, sha256, "audit.state",
-                         f"the digest asked for: upload trials/{wanted[sha256]}/states/{sha256}.safetensors")
+                         f"the digest asked for: upload {wanted[sha256]}")
     rel = str(final.relative_to(settings.MEDIA_ROOT))
     evidence, _ = StateEvidence.objects.update_or_create(submission=sub, sha256=sha256, defaults={
         "size": size, "file": rel, "uploaded_at": timezone.now()})
@@ -319,7 +320,9 @@ def run(submission_id: int, *, again: bool = False) -> str:
     with bundles.extracted(sub.bundle.path) as root:
         if llm:
             trials, missing = _llm_trials(sub, result, root, data, seconds)
-            work: dict[str, Any] = {}  # no committed segments: the weights are the whole audit
+            work: dict[str, Any] = {}
+            if missing is None:  # no committed segments: whole trials are re-executed instead
+                work, missing = _llm_work(sub, result, root, data, seconds)
         else:
             trials = _image_trials(sub, result, root, data, seconds)
             states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
@@ -329,7 +332,8 @@ def run(submission_id: int, *, again: bool = False) -> str:
         _set(result, A.PENDING, {"message": missing})
         return A.PENDING
     report: dict[str, Any] = {"trials": trials, "seconds": seconds, **work}
-    failed = [c for checks in [*trials.values(), *work.get("segments", {}).values(), work.get("best", [])]
+    failed = [c for checks in [*trials.values(), *work.get("segments", {}).values(), work.get("best", []),
+                               *work.get("reexecuted", {}).values()]
               for c in checks if not c["passed"]]
     if failed:
         reasons: list[Reason] = [{"check": c["name"], "message": c["message"]} for c in failed]
@@ -377,6 +381,31 @@ def _llm_trials(sub: Submission, result: Result, root: Path, data: str | None,
         seconds[trial] = round(time.perf_counter() - started, 3)
         log.info("submission %s: audit of LLM trial %s took %.1f s", sub.pk, trial, seconds[trial])
     return trials, None
+
+
+def _llm_work(sub: Submission, result: Result, root: Path, data: str | None,
+              seconds: dict[str, float]) -> tuple[dict[str, Any], str | None]:
+    """The drawn AIPerf-LLM trials re-executed (leaderboard/llmaudit.py `draw`): `audit.reexecute` of each, their
+    times into `seconds`; and why the audit cannot conclude on this service (None when it can)."""
+    proof = sub.proof or {}
+    drawn = list(proof.get("reexecute") or [])
+    if not drawn:
+        return {}, None
+    states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
+    proposed = llmaudit.proposals(root)
+    reexecuted: dict[str, list[dict[str, Any]]] = {}
+    for entry in drawn:
+        started = time.perf_counter()
+        plan = llmaudit.reexecute_plan(root, entry, states, proposed, result.preset, settings.AIPERF_AUDIT_DEVICE,
+                                       data)
+        verdict = _subprocess([llmaudit.REEXECUTE, str(plan)]) if plan else llmaudit.not_drawn(entry)
+        if verdict.get("data_error"):
+            return {}, llmaudit.no_data(result.preset, verdict["data_error"], sub.pk)
+        reexecuted[entry["trial"]] = [llmaudit.reexecute_check(entry, verdict, result.precision)]
+        seconds[f"reexecute {entry['trial']}"] = round(time.perf_counter() - started, 3)
+        log.info("submission %s: LLM trial %s re-executed in %.1f s", sub.pk, entry["trial"],
+                 seconds[f"reexecute {entry['trial']}"])
+    return {"reexecuted": reexecuted, "drawn_from": proof.get("of"), "finished": proof.get("finished")}, None
 
 
 def _start_attempt(result: Result, again: bool) -> bool:

@@ -286,14 +286,39 @@ def failed_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def wanted_states(proof: dict[str, Any] | None) -> dict[str, str]:
-    """The committed states a submission's `proof` asks for: digest -> the trial whose states/ holds it."""
+    """The committed states a submission's `proof` asks for: digest -> the trial whose files hold it."""
+    return {sha: trial for sha, (trial, _) in _wanted(proof).items()}
+
+
+def wanted_state_list(proof: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The states a submission's `proof` asks for, as the API lists them: [{trial, sha256, path}], `path` the
+    file in the run directory that holds it (an image trial's committed state, an AIPerf-LLM trial's weights or
+    AdamW moments)."""
+    return [{"trial": trial, "sha256": sha, "path": path} for sha, (trial, path) in sorted(_wanted(proof).items())]
+
+
+def _wanted(proof: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """digest -> (trial, its file in the run directory) of every state `proof` asks for: the image workload's
+    segment ends and best checkpoint (spec/proof.py), AIPerf-LLM's re-executed trials' weights and their parents'
+    weights and moments (leaderboard/llmaudit.py `draw`)."""
     proof = proof or {}
-    wanted = {}
+    wanted: dict[str, tuple[str, str]] = {}
+
+    def state(sha: str, trial: str) -> None:
+        wanted[sha] = (trial, f"trials/{trial}/states/{sha}.safetensors")
+
     for seg in proof.get("segments") or []:
-        wanted[seg["start"]] = wanted[seg["end"]] = seg["trial"]
+        state(seg["start"], seg["trial"])
+        state(seg["end"], seg["trial"])
     best = proof.get("best")
     if best:
-        wanted[best["sha256"]] = best["trial"]
+        state(best["sha256"], best["trial"])
+    for drawn in proof.get("reexecute") or []:
+        wanted[drawn["weights"]] = (drawn["trial"], f"trials/{drawn['trial']}/weights.safetensors")
+        if drawn.get("parent"):
+            parent = drawn["parent"]
+            wanted[drawn["parent_weights"]] = (parent, f"trials/{parent}/weights.safetensors")
+            wanted[drawn["parent_optimizer"]] = (parent, f"trials/{parent}/optimizer.safetensors")
     return wanted
 
 

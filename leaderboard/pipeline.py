@@ -45,7 +45,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, ProtectedError, Q
 from django.utils import timezone
 
-from leaderboard import bundles, ranking, systems, translog, witness
+from leaderboard import bundles, llmaudit, ranking, systems, translog, witness
 from leaderboard.errors import Reason, Rejected
 from leaderboard.models import EpochFingerprint, Result, ResultSeries, Submission, System, Trial
 
@@ -215,7 +215,9 @@ def _verify(sub: Submission) -> dict[str, Any]:
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
             if verified.replay is None:
-                trials, drawn = _llm_trials(report), {}
+                trials = _llm_trials(report)
+                drawn = llmaudit.draw(report, (event.data for event in verified.run_dir.events()),
+                                      secrets.randbits(64))
             else:
                 trials = _trials(verified.replay, verified.run_dir, report["rules"])
                 drawn = proof_of(report, verified.run_dir)

@@ -16,7 +16,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone as dj_timezone
 
 from leaderboard import standing
-from leaderboard.models import Evidence, Site, StateEvidence, Submission, wanted_states
+from leaderboard.models import Evidence, Site, StateEvidence, Submission, wanted_state_list
 from leaderboard.standing import Facts
 
 from .serializers import PRIVATE_MESSAGE, _float, _int, _iso, result_page_url
@@ -90,7 +90,7 @@ def _row(row: dict[str, Any], facts: Facts | None, page: standing.PageFacts, sit
         "rank_all": _int(facts.rank_all) if facts else None,
         "verification_level": row["r_verification_level"] if facts else None, "challenge": row["challenge"],
         "challenged_at": _iso(row["challenged_at"]), "evidence": evidence,
-        "states": [{"trial": trial, "sha256": sha} for sha, trial in sorted(wanted_states(row.get("proof")).items())],
+        "states": wanted_state_list(row.get("proof")),
         "states_received": states, "audit": row["r_audit"] if facts else None,
         "audit_note": facts.audit_message if facts else "", "rehearsal": row["rehearsal"],
         "standing": state.brief() if state else None,

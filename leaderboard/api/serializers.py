@@ -17,7 +17,7 @@ from rest_framework import serializers
 
 from leaderboard import standing
 from leaderboard.attempts import counts_of
-from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial
+from leaderboard.models import Edition, Result, Site, SiteKey, Submission, System, Trial, wanted_state_list
 from leaderboard.standing import Standing
 from leaderboard.systems import added_peaks, is_cpu, known_peak
 
@@ -439,8 +439,10 @@ class SubmissionSerializer(serializers.ModelSerializer):
     audit_note = serializers.SerializerMethodField(help_text="why a pending audit waits, when the service knows "
                                                              "(e.g. it has no validation data for the preset)")
     states = serializers.SerializerMethodField(help_text="the committed training states the audit asks for "
-                                                         "(segments it re-executes, the best checkpoint): "
-                                                         "[{trial, sha256}]")
+                                                         "(segments it re-executes, the best checkpoint; an "
+                                                         "AIPerf-LLM trial's weights and its parent's weights and "
+                                                         "moments): [{trial, sha256, path}], path the file in the "
+                                                         "run directory")
     states_received = serializers.SerializerMethodField(help_text="digests of the asked-for states the service holds")
     rank_all = serializers.SerializerMethodField(help_text="its place among every live result of its division (a "
                                                            "system's repeat runs too); null off the live list")
@@ -512,7 +514,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return sorted(e.trial for e in (held if held is not None else sub.evidence.all()))
 
     def get_states(self, sub) -> list[dict[str, str]]:
-        return [{"trial": trial, "sha256": sha} for sha, trial in sorted(sub.states_wanted().items())]
+        return wanted_state_list(sub.proof)
 
     def get_states_received(self, sub) -> list[str]:
         held = getattr(sub, "states_list", None)

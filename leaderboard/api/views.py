@@ -372,7 +372,9 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return self._refused(exc)
         if audit.complete(sub):
             tasks.enqueue_audit(sub.pk)
-        sub.refresh_from_db()
+        # Read again with the view's prefetches: refresh_from_db() would keep the evidence and states listed
+        # before this upload (the prefetched lists), and the answer would leave the file just received out.
+        sub = self.get_queryset().get(pk=sub.pk)
         return Response(self.get_serializer(sub).data, status=status.HTTP_201_CREATED)
 
     @staticmethod

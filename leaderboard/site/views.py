@@ -445,7 +445,7 @@ def _work_text(r: Result) -> str:
     report = r.audit_report or {}
     segments = report.get("segments")
     if r.workload == Result.Workload.LLM:
-        return "none to re-execute: an AIPerf-LLM trial commits no segments (its audit is its weights re-evaluated)"
+        return _llm_work_text(r, report)
     if segments is None:
         return "not asked for (rules before 3.0, or an unwitnessed run)" if r.audit != Result.Audit.PENDING \
             else "waiting for the committed states"
@@ -458,6 +458,20 @@ def _work_text(r: Result) -> str:
     parts += [c["message"] for c in failed]
     parts += [c["message"] for c in report.get("best") or []]
     return "; ".join(parts)
+
+
+def _llm_work_text(r: Result, report: dict[str, Any]) -> str:
+    """The AIPerf-LLM trials re-executed (whole trials, from the start their log binds), as the result page says."""
+    reexecuted = report.get("reexecuted")
+    if reexecuted is None:
+        return ("not asked for (an unwitnessed run, or audited before trials were re-executed)"
+                if r.audit != Result.Audit.PENDING else "waiting for the drawn trials' weights and moments")
+    checks = [c for cs in reexecuted.values() for c in cs]
+    failed = [c for c in checks if not c["passed"]]
+    parts = [f"{len(checks) - len(failed)} of {len(checks)} drawn trials re-executed to the weights they claim "
+             f"(drawn from {report.get('drawn_from')} of {report.get('finished')} finished trials, the best always, "
+             f"the others weighted by their claimed FLOPs)"]
+    return "; ".join(parts + [c["message"] for c in failed])
 
 
 def result_bundle(request: HttpRequest, pk: int) -> FileResponse:

@@ -257,7 +257,8 @@ def test_skipped_work_and_smaller_images_fail_the_re_execution(stack, tmp_path):
     """The red team's second and third attacks, run side by side: a quarter of the batches trained with whole
     epochs claimed, and images of 8 pixels trained where the preset's are 16 (a quarter of the FLOPs charged),
     each with every commitment where the rules want it. Official and audited before rules 3.0 (the audit read
-    the image size from the site's trial.json); the re-executed segments catch both."""
+    the image size from the site's trial.json); the re-executed segments catch both. Two runs of their own: among
+    the side runs' seven, a run this short may keep no segment for the audit to draw."""
     skipping_site, small_site = Site(stack, "Skipping Lab"), Site(stack, "Small Lab")
     skipping = skipping_site.start_run(tmp_path / "skipping", "40s", slots=1, seed=5,
                                        trial_module="tests.service.skipping_trial")
@@ -324,8 +325,8 @@ def test_kill_9_and_resume_continue_the_same_token(stack, runs):
 def test_a_service_outage_is_reported_in_the_coverage(stack, tmp_path):
     site = Site(stack, "Outage Lab")
     run = tmp_path / "outage"
-    proc = site.start_run(run, "80s", slots=1, seed=3)
-    time.sleep(20)
+    proc = site.start_run(run, "60s", slots=1, seed=3)
+    time.sleep(12)  # training and witnessed (a heartbeat every 5 s) before the outage
     stack.kill("web", signal.SIGTERM)  # the service is gone for 35 s: 7 heartbeat intervals
     down = time.time()
     time.sleep(35)
@@ -665,27 +666,39 @@ def test_every_stored_bundle_rebuilds_the_same(stack, honest_submitted):
 # ---- AIPerf-LLM: the same witness and registration ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def llm_witnessed(stack, tmp_path_factory):
-    """Three witnessed AIPerf-LLM runs side by side (llm-smoke, 80 s, one slot of one process each), each on its
+    """Four witnessed AIPerf-LLM runs side by side (llm-smoke, 80 s, one slot of one process each), each on its
     site's registered system: the honest one, one whose log a forger edits before submitting it (a run is
-    submitted once), and one whose trial program logs losses lower than its weights reach."""
+    submitted once), one whose trial program logs losses lower than its weights reach, and one whose trial program
+    trains a tenth of its steps and claims them all."""
     work = tmp_path_factory.mktemp("llm")
     sites = {"honest": Site(stack, "Language Lab"), "forger": Site(stack, "Forging Language Lab"),
-             "inflated": Site(stack, "Understating Language Lab")}
+             "inflated": Site(stack, "Understating Language Lab"), "skipping": Site(stack, "Idling Language Lab")}
     # The understating site rehearses: its run is on a rehearsal token, audited all the same.
-    trial_module = {"inflated": ["--trial-module", "tests.service.llm_inflated_trial", "--rehearsal"]}
-    procs = {name: subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--workload", "llm", "--preset", "llm-smoke",
-                                     "--slots", "1", "--devices-per-slot", "1", "--duration", "80s", "--seed",
-                                     str(i), "--out", str(work / name), "--system", str(site.system["id"]),
-                                     *trial_module.get(name, [])],
-                                    env=site.env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
-             for i, (name, site) in enumerate(sites.items())}
+    trial_module = {"inflated": ["--trial-module", "tests.service.llm_inflated_trial", "--rehearsal"],
+                    "skipping": ["--trial-module", "tests.service.llm_skipping_trial"]}
+    runs = {name: work / name for name in sites}
+
+    def start(name: str, seed: int) -> subprocess.Popen:
+        return subprocess.Popen([str(BIN / "aiperf-runner"), "run", "--workload", "llm", "--preset", "llm-smoke",
+                                 "--slots", "1", "--devices-per-slot", "1", "--duration", "80s", "--seed", str(seed),
+                                 "--out", str(runs[name]), "--system", str(sites[name].system["id"]),
+                                 *trial_module.get(name, [])],
+                                env=sites[name].env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    def finished_none(name: str) -> bool:
+        return not any(e["type"] == "trial_finished" for e in lines(runs[name]))
+
+    procs = {name: start(name, i) for i, name in enumerate(sites)}
     for proc in procs.values():
         assert "witnessed by" in finish(proc)
-    # Each test needs a finished trial (a CI machine loaded by other work once saw the three 60-s runs finish
-    # 1, 1 and 0 seed trials of 40 steps: hence 80 s).
-    for name in sites:
-        assert any(e["type"] == "trial_finished" for e in lines(work / name)), f"{name}: no trial finished"
+    # Each test needs a finished trial. A loaded machine has seen 80-s runs side by side finish none (startup and
+    # four runs on two cores): such a site runs again, alone, once.
+    for i, name in enumerate(n for n in sites if finished_none(n)):
+        runs[name] = work / f"{name}-again"
+        assert "witnessed by" in finish(start(name, 10 + i))
+        assert not finished_none(name), f"{name}: no trial finished in two runs"
+    return {name: (site, runs[name]) for name, site in sites.items()}
     return {name: (site, work / name) for name, site in sites.items()}
 
 
@@ -696,6 +709,10 @@ def test_a_witnessed_llm_run_passes_the_witness_on_its_own_list(stack, llm_witne
     assert events[-1]["type"] == "witness"  # the end of the run is witnessed
     sub = site.submit(run)  # answers the challenge: the weights of the trials asked for, re-evaluated
     assert sub["status"] == "verified" and sub["challenge"] and sub["audit"] == "passed", sub
+    # ...and the drawn trials' weights and their parents' weights and moments, the trials trained again
+    assert sub["states"] and set(sub["states_received"]) == {s["sha256"] for s in sub["states"]}, sub
+    reexecuted = stack.get(f"/api/v1/results/{sub['result']}/")["audit_report"]["reexecuted"]
+    assert reexecuted and all(c["passed"] for cs in reexecuted.values() for c in cs), reexecuted
     got = checks(stack, sub)
     for name in (*WITNESS_CHECKS, "system.registered", "system.facts", "system.peak"):
         assert got[name]["passed"], (name, got[name]["message"])
@@ -747,3 +764,16 @@ def test_an_llm_loss_understated_at_the_source_fails_the_audit(stack, llm_witnes
     assert sub["status"] == "rejected" and sub["rehearsal"], sub
     reasons = {r["check"]: r["message"] for r in sub["reasons"]}
     assert "audit.loss" in reasons, sub["reasons"]
+
+
+def test_an_llm_trial_that_trained_a_tenth_of_its_steps_fails_the_re_execution(stack, llm_witnessed):
+    """A trial program that trains 4 of its 40 steps, waits out the time the rest would take and logs all 40 (tokens
+    and FLOPs to match): chained, signed, witnessed, its weights and loss honest for what it did, its rate one the
+    CPU can reach. The audit trains drawn trials again from the start their log binds (audit.reexecute)."""
+    site, run = llm_witnessed["skipping"]
+    sub = site.submit(run)  # uploads the drawn trials' weights and their parents' weights and moments
+    assert sub["status"] == "rejected", sub
+    reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+    assert "audit.reexecute" in reasons and "audit.loss" not in reasons, sub["reasons"]
+    assert "not what the trial's logged steps make" in reasons["audit.reexecute"], reasons
+    assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list

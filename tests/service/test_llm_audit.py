@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from aiperf_runner.spec import bundle, keys
+from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.llmflops import LlmArch
 from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE
 from aiperf_runner.spec.verify import verify
+from aiperf_runner.train.weights import file_sha256
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from leaderboard import audit, llmaudit
@@ -140,3 +142,93 @@ def test_without_a_shard_presets_validation_shards_the_audit_waits(db, packed_sh
     assert audit.run(result.submission_id) == Result.Audit.PENDING
     assert "no validation data for preset 'llm-bytes'" in Result.objects.get(pk=result.pk).audit_report["message"]
     assert Submission.objects.get(pk=result.submission_id).status == Submission.Status.PUBLISHED
+
+
+# ---- whole trials re-executed (audit.reexecute) ---------------------------------------------------------------------
+WITNESSED = [{"name": "witness.token", "passed": True}]
+
+
+def report_of(packed: dict[str, Any]) -> dict[str, Any]:
+    """The run's verification report as a witnessed run's would be (the session's run is not witnessed)."""
+    report = verify(packed["run"])
+    return {**report, "checks": [*report["checks"], *WITNESSED]}
+
+
+def with_proof(result: Result, proof: dict[str, Any], files: dict[str, Path]) -> Submission:
+    """`proof` set on the result's submission and every state it asks for received (`files`: digest -> file)."""
+    from leaderboard.models import wanted_state_list
+
+    sub = result.submission
+    sub.proof = proof
+    sub.save(update_fields=["proof"])
+    for wanted in wanted_state_list(proof):
+        data = files[wanted["sha256"]].read_bytes()
+        audit.receive_state(sub, wanted["sha256"], SimpleUploadedFile("state.safetensors", data))
+    return sub
+
+
+def run_files(run: Path, proof: dict[str, Any]) -> dict[str, Path]:
+    from leaderboard.models import wanted_state_list
+
+    return {w["sha256"]: run / w["path"] for w in wanted_state_list(proof)}
+
+
+def test_the_draw_takes_the_best_and_binds_each_trials_start(packed) -> None:
+    report = report_of(packed)
+    drawn = llmaudit.draw(report, read_events(packed["run"] / "events.jsonl"), seed=1)
+    picked = {e["trial"]: e for e in drawn["reexecute"]}
+    assert report["best_trial"] in picked and len(picked) == min(3, drawn["of"]), drawn
+    kept = report["kept_weights"]
+    for trial, entry in picked.items():
+        assert entry["weights"] == kept[trial]["sha256"]
+        if entry["parent"] is not None:  # a child: its parent's weights and moments, as the log recorded them
+            assert (entry["parent_weights"], entry["parent_optimizer"]) == (
+                kept[entry["parent"]]["sha256"], kept[entry["parent"]]["optimizer_sha256"])
+    assert llmaudit.draw({**report, "checks": report["checks"][:-1]}, [], seed=1) == {}  # unwitnessed: never
+
+
+def test_honest_trials_re_execute_to_the_weights_they_claim(db, packed, settings) -> None:
+    result = challenged(packed, settings)
+    proof = llmaudit.draw(report_of(packed), read_events(packed["run"] / "events.jsonl"), seed=2)
+    with_proof(result, proof, run_files(packed["run"], proof))
+    assert audit.run(result.submission_id) == Result.Audit.PASSED
+    reexecuted = Result.objects.get(pk=result.pk).audit_report["reexecuted"]
+    assert set(reexecuted) == {e["trial"] for e in proof["reexecute"]}
+    for [check] in reexecuted.values():
+        assert check["name"] == "audit.reexecute" and check["passed"], check
+        assert check["measured"] <= check["threshold"], check  # on the trainer's CPU: bit-identical, or nearly
+
+
+def test_a_trial_that_trained_a_tenth_of_its_steps_fails_the_re_execution(db, packed, settings, tmp_path) -> None:
+    """A trial whose program trained a tenth of its logged 40 steps (its weights and the log's digest of them are
+    what it did; its loss, logged truly, re-evaluates right): only training it again can tell."""
+    from aiperf_runner.train.llm.reexecute import Plan, replay
+    from safetensors.torch import save_file
+
+    report = report_of(packed)
+    proposed = llmaudit.proposals(packed["run"])
+    children = [t for t in report["kept_weights"] if t != packed["best"] and proposed[t].get("parent")]
+    trial = (children or [t for t in report["kept_weights"] if t != packed["best"]])[0]
+    entry = llmaudit._entry(trial, proposed[trial].get("parent"), report["kept_weights"])
+    assert entry is not None
+    files = run_files(packed["run"], {"reexecute": [entry]})
+    run = json.loads((packed["run"] / "run.json").read_text())
+    parent = entry["parent"]
+    short = Plan(proposal={**proposed[trial], "steps": proposed[trial]["steps"] // 10}, run_seed=run["seed"],
+                 world=run["devices_per_slot"], preset="llm-smoke", weights=files[entry["weights"]],
+                 parent_arch=proposed[parent]["arch"] if parent else None,
+                 parent_weights=files.get(entry.get("parent_weights", "")),
+                 parent_optimizer=files.get(entry.get("parent_optimizer", "")))
+    forged = tmp_path / "weights.safetensors"
+    save_file({k: v.contiguous() for k, v in replay(short).final.items()}, str(forged))
+    sha = file_sha256(forged)
+    files[sha] = forged
+    result = challenged(packed, settings)
+    with_proof(result, {"reexecute": [{**entry, "weights": sha}], "of": 1, "finished": 1}, files)
+    assert audit.run(result.submission_id) == Result.Audit.FAILED
+    sub = Submission.objects.get(pk=result.submission_id)
+    assert sub.status == Submission.Status.REJECTED
+    [reason] = sub.reasons
+    assert reason["check"] == "audit.reexecute", sub.reasons
+    assert f"trial {trial} (40 steps" in reason["message"]
+    assert "not what the trial's logged steps make" in reason["message"], reason

@@ -28,7 +28,9 @@ class Command(BaseCommand):
             raise CommandError(f"submission {sub.pk}: weights not uploaded yet for {', '.join(missing)}")
         state = audit.run(sub.pk, again=True)
         result = Result.objects.filter(submission=sub).first()
-        for trial, checks in ((result.audit_report if result else {}) or {}).get("trials", {}).items():
-            for c in checks:
-                self.stdout.write(f"{trial} {c['name']:<20} {'pass' if c['passed'] else 'FAIL'}  {c['message']}")
+        report = (result.audit_report if result else {}) or {}
+        for key in ("trials", "segments", "reexecuted"):
+            for trial, checks in (report.get(key) or {}).items():
+                for c in checks:
+                    self.stdout.write(f"{trial} {c['name']:<20} {'pass' if c['passed'] else 'FAIL'}  {c['message']}")
         self.stdout.write(f"audit: {state}")

@@ -172,8 +172,11 @@ def _print(d: dict[str, Any]) -> None:
         if d.get("audit_note"):
             lines.append(f"              {d['audit_note']}")
     if d.get("states"):
-        lines.append(f"work:         {len(d['states_received'])} of {len(d['states'])} committed states asked for "
-                     "uploaded (their segments re-executed by the audit)")
+        llm = any(str(w.get("path", "")).endswith(("/weights.safetensors", "/optimizer.safetensors"))
+                  for w in d["states"])
+        what = ("trial states asked for uploaded (their trials trained again by the audit)" if llm else
+                "committed states asked for uploaded (their segments re-executed by the audit)")
+        lines.append(f"work:         {len(d['states_received'])} of {len(d['states'])} {what}")
     if d["url"]:
         lines.append(f"result:       {d['url']}")
     for r in d["reasons"]:

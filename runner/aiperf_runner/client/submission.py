@@ -174,19 +174,20 @@ def answer_challenge(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: S
 
 def _upload_states(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: Say, retries: int,
                    backoff: float) -> dict[str, Any]:
-    """The committed training states the audit re-executes (trials/<id>/states/<sha256>.safetensors)."""
+    """The training states the audit re-executes from and to: an image trial's committed states
+    (trials/<id>/states/<sha256>.safetensors), an AIPerf-LLM trial's weights and its parent's weights and moments
+    (the `path` the service names for each)."""
     url = f"/api/v1/submissions/{sub['id']}/states/"
     have = set(sub.get("states_received") or [])
-    wanted = [w for w in sub.get("states") or [] if w["sha256"] not in have]
+    wanted = [(w, state_file(run_dir, w)) for w in sub.get("states") or [] if w["sha256"] not in have]
     if wanted:
-        size = sum((run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors").stat().st_size
-                   for w in wanted if (run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors").is_file())
-        say(f"uploading {len(wanted)} committed training states for the audit's re-execution ({size / 1e6:.1f} MB)")
-    for w in wanted:
-        path = run_dir / "trials" / w["trial"] / STATES / f"{w['sha256']}.safetensors"
+        size = sum(path.stat().st_size for _, path in wanted if path.is_file())
+        say(f"uploading {len(wanted)} training states for the audit's re-execution ({size / 1e6:.1f} MB)")
+    for w, path in wanted:
         if not path.is_file():
-            raise Failure(f"the service asks for trial {w['trial']}'s committed state {w['sha256'][:16]}..., but "
-                          f"{path} is missing: committed states must stay until the audit", "audit.state")
+            what = "committed state" if path.parent.name == STATES else path.name
+            raise Failure(f"the service asks for trial {w['trial']}'s {what} {w['sha256'][:16]}..., but {path} is "
+                          "missing: the files a run's log binds must stay until the audit", "audit.state")
 
         def send(sha: str = w["sha256"], path: Path = path) -> httpx.Response:
             with open(path, "rb") as fh:
@@ -198,6 +199,15 @@ def _upload_states(c: httpx.Client, run_dir: Path, sub: dict[str, Any], say: Say
             raise Failure(f"the service refused state {w['sha256'][:12]} (HTTP {resp.status_code}): {message}", check)
         sub = resp.json()
     return sub
+
+
+def state_file(run_dir: Path, wanted: dict[str, Any]) -> Path:
+    """Where a state the service asks for lies in the run directory: the `path` it names (inside the run
+    directory only), else an image trial's committed state (a service from before `path`)."""
+    named = wanted.get("path")
+    if isinstance(named, str) and named and not Path(named).is_absolute() and ".." not in Path(named).parts:
+        return run_dir / named
+    return run_dir / "trials" / wanted["trial"] / STATES / f"{wanted['sha256']}.safetensors"
 
 
 def answer_challenge_later(service: Service, run_dir: Path, timeout: float, say: Say) -> dict[str, Any]:

@@ -66,6 +66,17 @@ one (0.308). A bf16 trial that skipped half its steps fails; one that skipped a 
 the `llm` preset's 1,000-step trials were not measured (docs/rules.md, "AIPerf-LLM")."""
 
 
+AUDIT_REEXECUTE_TRIALS = 3
+"""How many of a witnessed run's finished trials the service's audit re-executes (leaderboard/llmaudit.py `draw`):
+the best trial always (its loss is the one the run is judged by), the others drawn with the service's randomness,
+weighted by the FLOPs the log claims for them, among those whose start the log binds (a seed trial, or a child
+whose parent's weights and moments are recorded). A run whose trials skipped work in a share f of its claimed
+FLOPs escapes two weighted draws with probability about (1 - f)^2: 0.25 for half, 0.81 for a tenth; a run that
+skipped work in every trial is caught by the first. A trial re-executes in its own training time on the audit's
+CPU (llm-smoke 1 to 3 s, llm-kjv 15 to 60 s), hence a few trials, where the image workload re-executes 17
+segments of 16 steps."""
+
+
 def reexecute_tolerance(precision: str) -> float:
     """The largest ratio an honest trial of a run at `precision` may re-execute to; the loosest for a precision
     REEXECUTE_TOLERANCE does not list."""
