@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.spec import rules as spec_rules
+from aiperf_runner.spec.llmrules import audited_precision
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -319,10 +320,11 @@ def run(submission_id: int, *, again: bool = False) -> str:
     seconds: dict[str, float] = {}
     with bundles.extracted(sub.bundle.path) as root:
         if llm:
-            trials, missing = _llm_trials(sub, result, root, data, seconds)
+            proposed = llmaudit.proposals(root)  # the verified log's lines, never the run's own trial.json
+            trials, missing = _llm_trials(sub, result, root, data, proposed, seconds)
             work: dict[str, Any] = {}
             if missing is None:  # no committed segments: whole trials are re-executed instead
-                work, missing = _llm_work(sub, result, root, data, seconds)
+                work, missing = _llm_work(sub, result, root, data, proposed, seconds)
         else:
             trials = _image_trials(sub, result, root, data, seconds)
             states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
@@ -361,19 +363,19 @@ def _image_trials(sub: Submission, result: Result, root: Path, data: str | None,
     return trials
 
 
-def _llm_trials(sub: Submission, result: Result, root: Path, data: str | None,
+def _llm_trials(sub: Submission, result: Result, root: Path, data: str | None, proposed: dict[str, dict[str, Any]],
                 seconds: dict[str, float]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """Each challenged AIPerf-LLM trial's audit.weights, audit.architecture and audit.loss (leaderboard/llmaudit.py),
-    their times into `seconds`; and why the audit cannot conclude on this service (None when it can)."""
+    each loaded into the architecture its `trial_proposed` line (`proposed`) gives; their times into `seconds`; and
+    why the audit cannot conclude on this service (None when it can)."""
     logged = dict(result.report.get("kept_weights") or {})
-    archs = llmaudit.proposed_archs(root)  # the verified log's, never the run's own trial.json
     trials: dict[str, list[dict[str, Any]]] = {}
     for trial in sub.challenge:
         weights = Path(Evidence.objects.get(submission=sub, trial=trial).file.path)
         started = time.perf_counter()
-        verdict = (_reevaluated(llmaudit.argv(root, trial, archs[trial], weights, result.preset,
+        verdict = (_reevaluated(llmaudit.argv(root, trial, proposed[trial].get("arch"), weights, result.preset,
                                               settings.AIPERF_AUDIT_DEVICE, data))
-                   if trial in archs else llmaudit.unproposed(trial))
+                   if trial in proposed else llmaudit.unproposed(trial))
         if verdict.get("data_error"):
             return trials, llmaudit.no_data(result.preset, verdict["data_error"], sub.pk)
         trials[trial] = (file_checks(trial, weights, logged.get(trial, {}), verdict, "architecture")
@@ -383,25 +385,27 @@ def _llm_trials(sub: Submission, result: Result, root: Path, data: str | None,
     return trials, None
 
 
-def _llm_work(sub: Submission, result: Result, root: Path, data: str | None,
+def _llm_work(sub: Submission, result: Result, root: Path, data: str | None, proposed: dict[str, dict[str, Any]],
               seconds: dict[str, float]) -> tuple[dict[str, Any], str | None]:
-    """The drawn AIPerf-LLM trials re-executed (leaderboard/llmaudit.py `draw`): `audit.reexecute` of each, their
-    times into `seconds`; and why the audit cannot conclude on this service (None when it can)."""
+    """The drawn AIPerf-LLM trials re-executed (leaderboard/llmaudit.py `draw`): `audit.reexecute` of each, at the
+    precision the judged system allows (spec/llmrules.py `audited_precision`: the run's claim only on a system with
+    accelerators), their times into `seconds`; and why the audit cannot conclude on this service (None when it
+    can)."""
     proof = sub.proof or {}
     drawn = list(proof.get("reexecute") or [])
     if not drawn:
         return {}, None
     states = {e.sha256: Path(e.file.path) for e in StateEvidence.objects.filter(submission=sub)}
-    proposed = llmaudit.proposals(root)
+    precision = audited_precision(result.precision, result.system.accelerator_count if result.system else 0)
     reexecuted: dict[str, list[dict[str, Any]]] = {}
     for entry in drawn:
         started = time.perf_counter()
-        plan = llmaudit.reexecute_plan(root, entry, states, proposed, result.preset, settings.AIPERF_AUDIT_DEVICE,
-                                       data)
+        plan = llmaudit.reexecute_plan(root, entry, states, proposed, result.preset, precision,
+                                       settings.AIPERF_AUDIT_DEVICE, data)
         verdict = _subprocess([llmaudit.REEXECUTE, str(plan)]) if plan else llmaudit.not_drawn(entry)
         if verdict.get("data_error"):
             return {}, llmaudit.no_data(result.preset, verdict["data_error"], sub.pk)
-        reexecuted[entry["trial"]] = [llmaudit.reexecute_check(entry, verdict, result.precision)]
+        reexecuted[entry["trial"]] = [llmaudit.reexecute_check(entry, verdict, precision)]
         seconds[f"reexecute {entry['trial']}"] = round(time.perf_counter() - started, 3)
         log.info("submission %s: LLM trial %s re-executed in %.1f s", sub.pk, entry["trial"],
                  seconds[f"reexecute {entry['trial']}"])

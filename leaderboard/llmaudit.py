@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,6 @@ from aiperf_runner.spec.eventlog import LogError, read_events
 from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE, AUDIT_REEXECUTE_TRIALS, LLM_PRESETS, reexecute_tolerance
 
 PROGRAM = "aiperf_runner.train.llm.reevaluate"
-
-
-def proposed_archs(root: Path) -> dict[str, Any]:
-    """Each trial's architecture (an LlmArch dict) as the stored bundle's log proposed it: the log verified
-    when the result was stored, so this is the architecture whose FLOPs were counted."""
-    return {trial: ev.get("arch") for trial, ev in proposals(root).items()}
 
 
 def shard_preset(preset: str) -> bool:
@@ -91,35 +85,30 @@ def loss_check(trial: str, logged: dict[str, Any], verdict: dict[str, Any]) -> d
 REEXECUTE = "aiperf_runner.train.llm.reexecute"
 
 
-def draw(report: Mapping[str, Any], events: Iterable[Mapping[str, Any]], seed: int,
-         n: int = AUDIT_REEXECUTE_TRIALS) -> dict[str, Any]:
+def draw(report: Mapping[str, Any], seed: int, n: int = AUDIT_REEXECUTE_TRIALS) -> dict[str, Any]:
     """The trials the audit re-executes (spec/llmrules.py AUDIT_REEXECUTE_TRIALS): the best always, the others
-    drawn with the service's randomness (`seed`) weighted by the FLOPs the log claims for them, among the finished
-    trials whose start the log binds; each with the digests of the files the site uploads for it (its weights; a
-    child's parent's weights and AdamW moments). {} for an unwitnessed run (never official) or one that keeps no
-    weights."""
+    drawn with the service's randomness (`seed`) weighted by the FLOPs the rules count for them (the report's
+    `kept_weights`), among the finished trials whose start the log binds; each with the digests of the files the
+    site uploads for it (its weights; a child's parent's weights and AdamW moments). {} for an unwitnessed run
+    (never official) or one that keeps no weights."""
     witnessed = any(c["name"] == "witness.token" and c["passed"] for c in report.get("checks") or [])
     kept: Mapping[str, Mapping[str, Any]] = report.get("kept_weights") or {}
     if not witnessed or not kept:
         return {}
     parents = {str(t.get("trial")): (t.get("parent") or None) for t in report.get("trials") or []}
-    claimed: dict[str, float] = {}
-    for ev in events:
-        if ev.get("type") == "train_end" and ev.get("trial") in kept:
-            claimed[str(ev["trial"])] = float(ev.get("flops") or 0)
-    eligible = {t: e for t in sorted(kept) if (e := _entry(t, parents.get(t), kept)) is not None}
+    eligible = {t: e for t in sorted(kept) if (e := drawable(t, parents.get(t), kept)) is not None}
     best = report.get("best_trial")
     picked = [best] if best in eligible else []
     pool = [t for t in eligible if t not in picked]
     rng = random.Random(seed)
     while len(picked) < n and pool:
-        trial = rng.choices(pool, [max(claimed.get(t, 0.0), 1.0) for t in pool])[0]
+        trial = rng.choices(pool, [max(float(kept[t].get("flops") or 0), 1.0) for t in pool])[0]
         picked.append(trial)
         pool.remove(trial)
     return {"reexecute": [eligible[t] for t in sorted(picked)], "of": len(eligible), "finished": len(kept)}
 
 
-def _entry(trial: str, parent: str | None, kept: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def drawable(trial: str, parent: str | None, kept: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """What re-executing `trial` needs uploaded; None when its log does not bind its start (a parent whose weights
     or moments it never recorded: a log from before `optimizer_sha256`)."""
     if parent is None:
@@ -145,10 +134,10 @@ def proposals(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def reexecute_plan(root: Path, drawn: Mapping[str, Any], states: Mapping[str, Path], proposed: Mapping[str, Any],
-                   preset: str, device: str, data: str | None = None) -> Path | None:
+                   preset: str, precision: str, device: str, data: str | None = None) -> Path | None:
     """The re-execution's PLAN.json for one drawn trial (train/llm/reexecute.py), written beside the extracted
     bundle: every field of the trial from the verified log (its `trial_proposed` line, its parent's architecture),
-    the run's seed, ranks and precision from run.json, the uploaded files with the digests the log recorded. None
+    the run's seed and ranks from run.json, the precision the service judges it at, the uploaded files with the digests the log recorded. None
     when the log proposes no such trial (or not its parent)."""
     trial, parent = str(drawn["trial"]), drawn.get("parent")
     if trial not in proposed or (parent is not None and parent not in proposed):
@@ -159,7 +148,7 @@ def reexecute_plan(root: Path, drawn: Mapping[str, Any], states: Mapping[str, Pa
             "parent_arch": proposed[parent]["arch"] if parent is not None else None,
             "run_seed": run.get("seed"), "world": run.get("devices_per_slot"), "preset": preset,
             "weights": str(states[drawn["weights"]]), "weights_sha256": drawn["weights"],
-            "precision": run.get("precision") or "fp32", "device": device, "data": data,
+            "precision": precision, "device": device, "data": data,
             "digest": (run.get("dataset") or {}).get("digest") if data is not None else None}
     if parent is not None:
         plan.update(parent_weights=str(states[drawn["parent_weights"]]), parent_weights_sha256=drawn["parent_weights"],
@@ -171,13 +160,15 @@ def reexecute_plan(root: Path, drawn: Mapping[str, Any], states: Mapping[str, Pa
 
 
 def reexecute_check(drawn: Mapping[str, Any], verdict: Mapping[str, Any], precision: str) -> dict[str, Any]:
-    """audit.reexecute of one drawn trial, from train/llm/reexecute.py's verdict."""
+    """audit.reexecute of one drawn trial, from train/llm/reexecute.py's verdict, judged by the service's tolerance
+    for `precision` (spec/llmrules.py `audited_precision`)."""
     trial, parent = drawn["trial"], drawn.get("parent")
-    tolerance = float(verdict.get("tolerance") or reexecute_tolerance(precision))
+    tolerance = reexecute_tolerance(precision)
     start = f"its parent {parent}'s weights and moments, grown" if parent else "the seed's initialisation"
     where = (f"trial {trial} ({int(verdict.get('steps') or 0)} steps on {verdict.get('world') or '?'} rank(s), from "
              f"{start})")
-    ratio, ok = verdict.get("ratio"), bool(verdict.get("passed"))
+    ratio = verdict.get("ratio")
+    ok = ratio is not None and float(ratio) <= tolerance
     if verdict.get("error"):
         return spec_rules.check("audit.reexecute", tolerance, None, False,
                                 f"trial {trial}: not re-executed ({verdict['error']})")

@@ -216,8 +216,7 @@ def _verify(sub: Submission) -> dict[str, Any]:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
             if verified.replay is None:
                 trials = _llm_trials(report)
-                drawn = llmaudit.draw(report, (event.data for event in verified.run_dir.events()),
-                                      secrets.randbits(64))
+                drawn = llmaudit.draw(report, secrets.randbits(64))
             else:
                 trials = _trials(verified.replay, verified.run_dir, report["rules"])
                 drawn = proof_of(report, verified.run_dir)

@@ -13,15 +13,14 @@ from typing import Any
 
 import pytest
 from aiperf_runner.spec import bundle, keys
-from aiperf_runner.spec.eventlog import read_events
 from aiperf_runner.spec.llmflops import LlmArch
-from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE
+from aiperf_runner.spec.llmrules import AUDIT_LOSS_TOLERANCE, REEXECUTE_TOLERANCE, audited_precision
 from aiperf_runner.spec.verify import verify
 from aiperf_runner.train.weights import file_sha256
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from leaderboard import audit, llmaudit
-from leaderboard.models import Result, Submission
+from leaderboard.models import Result, Submission, System
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), shared by the session
@@ -123,7 +122,7 @@ def test_the_architecture_is_the_verified_logs_not_the_runs_trial_json(packed, t
     spec["arch"] = replay(LlmArch.from_dict(logged), [{"kind": "insert_block", "index": 0,
                                                        "layer": logged["layers"][0]}]).to_dict()
     trial_json.write_text(json.dumps(spec))
-    assert llmaudit.proposed_archs(run)[packed["best"]] == logged
+    assert llmaudit.proposals(run)[packed["best"]]["arch"] == logged
 
 
 def test_a_shard_presets_audit_reads_the_services_validation_shards(db, packed_shards, settings) -> None:
@@ -175,7 +174,7 @@ def run_files(run: Path, proof: dict[str, Any]) -> dict[str, Path]:
 
 def test_the_draw_takes_the_best_and_binds_each_trials_start(packed) -> None:
     report = report_of(packed)
-    drawn = llmaudit.draw(report, read_events(packed["run"] / "events.jsonl"), seed=1)
+    drawn = llmaudit.draw(report, seed=1)
     picked = {e["trial"]: e for e in drawn["reexecute"]}
     assert report["best_trial"] in picked and len(picked) == min(3, drawn["of"]), drawn
     kept = report["kept_weights"]
@@ -184,12 +183,12 @@ def test_the_draw_takes_the_best_and_binds_each_trials_start(packed) -> None:
         if entry["parent"] is not None:  # a child: its parent's weights and moments, as the log recorded them
             assert (entry["parent_weights"], entry["parent_optimizer"]) == (
                 kept[entry["parent"]]["sha256"], kept[entry["parent"]]["optimizer_sha256"])
-    assert llmaudit.draw({**report, "checks": report["checks"][:-1]}, [], seed=1) == {}  # unwitnessed: never
+    assert llmaudit.draw({**report, "checks": report["checks"][:-1]}, seed=1) == {}  # unwitnessed: never
 
 
 def test_honest_trials_re_execute_to_the_weights_they_claim(db, packed, settings) -> None:
     result = challenged(packed, settings)
-    proof = llmaudit.draw(report_of(packed), read_events(packed["run"] / "events.jsonl"), seed=2)
+    proof = llmaudit.draw(report_of(packed), seed=2)
     with_proof(result, proof, run_files(packed["run"], proof))
     assert audit.run(result.submission_id) == Result.Audit.PASSED
     reexecuted = Result.objects.get(pk=result.pk).audit_report["reexecuted"]
@@ -209,7 +208,7 @@ def test_a_trial_that_trained_a_tenth_of_its_steps_fails_the_re_execution(db, pa
     proposed = llmaudit.proposals(packed["run"])
     children = [t for t in report["kept_weights"] if t != packed["best"] and proposed[t].get("parent")]
     trial = (children or [t for t in report["kept_weights"] if t != packed["best"]])[0]
-    entry = llmaudit._entry(trial, proposed[trial].get("parent"), report["kept_weights"])
+    entry = llmaudit.drawable(trial, proposed[trial].get("parent"), report["kept_weights"])
     assert entry is not None
     files = run_files(packed["run"], {"reexecute": [entry]})
     run = json.loads((packed["run"] / "run.json").read_text())
@@ -232,3 +231,27 @@ def test_a_trial_that_trained_a_tenth_of_its_steps_fails_the_re_execution(db, pa
     assert reason["check"] == "audit.reexecute", sub.reasons
     assert f"trial {trial} (40 steps" in reason["message"]
     assert "not what the trial's logged steps make" in reason["message"], reason
+
+
+def test_a_cpu_run_claiming_bf16_is_held_to_fp32s_tolerance(db, packed, settings, tmp_path) -> None:
+    """run.json's `precision` is the site's word: bf16's looser tolerance is for a system with accelerators (the
+    trainer's bf16 is CUDA's autocast). The registered system here has none, so the claim gives fp32's."""
+    assert audited_precision("bf16", 8) == "bf16" and audited_precision("bf16", 0) == "fp32"
+    run = Path(shutil.copytree(packed["run"], tmp_path / "run"))
+    for name in ("MANIFEST.json", "MANIFEST.sig"):
+        (run / name).unlink(missing_ok=True)
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "precision": "bf16"}))  # the claim, in the bundle
+    claimed = {**packed, "run": run, "bundle": bundle.pack(run, tmp_path / "run.tar.gz", keys.generate_key())}
+    result = challenged(claimed, settings)
+    Result.objects.filter(pk=result.pk).update(precision="bf16")
+    System.objects.filter(pk=result.system_id).update(accelerator_count=0)
+    report = report_of(packed)
+    entry = llmaudit.drawable(packed["best"], llmaudit.proposals(packed["run"])[packed["best"]].get("parent"),
+                              report["kept_weights"])
+    assert entry is not None
+    proof = {"reexecute": [entry], "of": 1, "finished": 1}
+    with_proof(result, proof, run_files(packed["run"], proof))
+    assert audit.run(result.submission_id) == Result.Audit.PASSED
+    [[check]] = Result.objects.get(pk=result.pk).audit_report["reexecuted"].values()
+    assert check["threshold"] == REEXECUTE_TOLERANCE["fp32"], check

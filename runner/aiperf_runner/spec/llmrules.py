@@ -83,6 +83,13 @@ def reexecute_tolerance(precision: str) -> float:
     return REEXECUTE_TOLERANCE.get(precision, max(REEXECUTE_TOLERANCE.values()))
 
 
+def audited_precision(claimed: str | None, accelerators: int) -> str:
+    """The precision a run's trials are re-executed and judged at: the one its run.json claims only where the system
+    it is judged on (the registered one) has accelerators, since the trainer's bf16 is CUDA's autocast; fp32
+    otherwise, so that a CPU run claiming bf16 is not given bf16's looser REEXECUTE_TOLERANCE."""
+    return str(claimed or "fp32") if accelerators > 0 else "fp32"
+
+
 def trial_seed(run_seed: int, trial: str) -> int:
     """A trial's seed from the run's seed and the trial's number (`t0007`): the controller gives it to the trial
     (run/llmrun.py) and a re-execution derives it again (train/llm/reexecute.py)."""

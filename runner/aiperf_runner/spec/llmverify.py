@@ -160,6 +160,7 @@ class _Story:
         self.weights: dict[str, Any] = {}  # the weights_sha256 of each finished trial
         self.moments: dict[str, Any] = {}  # its optimizer_sha256 (AdamW's moments: what a child inherits besides)
         self.finishes: list[tuple[float, float, int]] = []  # (t, loss, FLOPs counted) of each finished trial
+        self.counted: dict[str, int] = {}  # the FLOPs the rules count for each finished trial
         # A witnessed run's last heartbeat and receipt follow run_finished (run/llmwitness.py): not the run's story.
         story = [e for e in events if e.get("type") not in WITNESS_LINES]
         first, last = story[0] if story else {}, story[-1] if story else {}
@@ -255,6 +256,7 @@ class _Story:
         self.finished[trial], self.finished_at[trial] = float(ev["val_loss"]), ev["t"]
         self.weights[trial] = ev.get("weights_sha256")
         self.moments[trial] = ev.get("optimizer_sha256")
+        self.counted[trial] = trained["flops_counted"]
         self.finishes.append((float(ev["t"]), float(ev["val_loss"]), trained["flops_counted"]))
         if len(self.fingerprints) < fingerprint.MOST:  # a copied log repeats them (the service's duplicate check)
             self.fingerprints.append(fingerprint.record_digest(trained, str(self.proposed[trial].get("arch_hash"))))
@@ -280,11 +282,12 @@ class _Story:
         return trained.get("flops_counted") if trained else None
 
     def kept_weights(self) -> dict[str, dict[str, Any]]:
-        """{trial: {sha256, val_loss, optimizer_sha256}} of every finished trial whose weights the log names (each
-        child trains from its parent's, so a run keeps them all): what the service's audit may ask for.
+        """{trial: {sha256, val_loss, optimizer_sha256, flops}} of every finished trial whose weights the log names
+        (each child trains from its parent's, so a run keeps them all): what the service's audit may ask for.
         `optimizer_sha256` is the digest of its AdamW moments (`optimizer.safetensors`; None in a log from before
-        it was recorded): with the weights, the state its children start from (train/llm/reexecute.py)."""
-        return {t: {"sha256": self.weights[t], "val_loss": loss,
+        it was recorded): with the weights, the state its children start from (train/llm/reexecute.py). `flops`:
+        what the rules count for the trial, by which the audit weights its draw of trials to re-execute."""
+        return {t: {"sha256": self.weights[t], "val_loss": loss, "flops": self.counted.get(t, 0),
                     "optimizer_sha256": m if isinstance(m := self.moments.get(t), str) else None}
                 for t, loss in self.finished.items() if isinstance(self.weights.get(t), str)}
 
