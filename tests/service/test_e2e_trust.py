@@ -767,7 +767,7 @@ def test_an_llm_loss_understated_at_the_source_fails_the_audit(stack, llm_witnes
 
 
 def test_an_llm_trial_that_trained_a_tenth_of_its_steps_fails_the_re_execution(stack, llm_witnessed):
-    """A trial program that trains 4 of its 40 steps, waits out the time the rest would take and logs all 40 (tokens
+    """A trial program that trains 4 of its 40 steps, waits out half the time the rest would take and logs all 40 (tokens
     and FLOPs to match): chained, signed, witnessed, its weights and loss honest for what it did, its rate one the
     CPU can reach. The audit trains drawn trials again from the start their log binds (audit.reexecute)."""
     site, run = llm_witnessed["skipping"]
