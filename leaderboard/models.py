@@ -355,6 +355,9 @@ class Result(models.Model):
         PENDING = "pending", "Waiting for the challenged trials' weights, the service's data or the re-evaluation"
         PASSED = "passed", "Passed: the weights are the graphs' and reach the logged accuracies"
         FAILED = "failed", "Failed"
+        # Generated figures (devdata/demo.py): no weights or committed states exist, so nothing can be re-executed,
+        # and a demo result must not say it was.
+        DEMO = "demo", "Demo data: generated figures with no work behind them, so nothing to audit"
 
     class Review(models.TextChoices):
         NONE = "", "Not needed"

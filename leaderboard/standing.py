@@ -197,7 +197,7 @@ def trust_line(result: Result) -> list[tuple[str, str, bool | None]]:
     """(label, value, good) of the trust line, in reading order; good None where it is neither."""
     t: dict[str, Any] = result.trust()
     audit = {"passed": ("audited", True), "pending": ("audit pending", None), "failed": ("audit failed", False),
-             "none": ("not audited", False)}[t["audit"] if t["audit"] in ("passed", "pending", "failed") else "none"]
+             "demo": ("demo data: nothing to audit", None)}.get(t["audit"], ("not audited", False))
     review = {"approved": ("reviewed: approved", True), "pending": ("in review", None),
               "rejected": ("refused by review", False)}.get(t["review"], ("no review needed", None))
     return [("registered" if t["registered"] else "unregistered", "system", t["registered"]),

@@ -192,11 +192,15 @@ def _trust_marks(r: Result) -> str:
     t = r.trust()
     marks = [(t["registered"], "R", "system registered and approved" if t["registered"] else "system not registered"),
              (t["witnessed"], "W", "run witnessed by the service" if t["witnessed"] else "run not witnessed"),
-             (t["audit"] == "passed", "A", f"audit of the work: {t['audit']}")]
+             (None if t["audit"] == "demo" else t["audit"] == "passed", "A",
+              "audit of the work: demo data, nothing to audit" if t["audit"] == "demo" else
+              f"audit of the work: {t['audit']}")]
     if t["review"] != "not needed":
         marks.append((t["review"] == "approved", "V", f"review: {t['review']}"))
-    cells = "".join(f'<span class="trust-{"ok" if ok else "no"}" title="{escape(words)}">{letter}'
-                    f'<span class="visually-hidden"> ({escape(words)})</span></span>' for ok, letter, words in marks)
+    # Neither yes nor no (None): a demo result's audit, generated figures having no work to re-execute.
+    cells = "".join(f'<span class="trust-{"neutral" if ok is None else "ok" if ok else "no"}" title="{escape(words)}">'
+                    f'{letter}<span class="visually-hidden"> ({escape(words)})</span></span>'
+                    for ok, letter, words in marks)
     return f'<span class="trustmarks">{cells}</span>'
 
 
@@ -429,6 +433,8 @@ def _audit_text(r: Result) -> str:
     """The audit as the result page says it: its state and, per challenged trial, what was re-measured."""
     if not r.audit:
         return "not audited (no challenge: an unwitnessed run)"
+    if r.audit == Result.Audit.DEMO:
+        return r.get_audit_display()
     parts = [r.get_audit_display()]
     for trial, checks in ((r.audit_report or {}).get("trials") or {}).items():
         accuracy = next((c for c in checks if c["name"] in ("audit.accuracy", "audit.loss")), None)
@@ -446,6 +452,8 @@ def _work_text(r: Result) -> str:
     segments = report.get("segments")
     if r.workload == Result.Workload.LLM:
         return _llm_work_text(r, report)
+    if r.audit == Result.Audit.DEMO:
+        return "none to re-execute: generated demo data has no committed training states"
     if segments is None:
         return "not asked for (rules before 3.0, or an unwitnessed run)" if r.audit != Result.Audit.PENDING \
             else "waiting for the committed states"

@@ -81,15 +81,18 @@ def test_same_seed_same_data():
 
 
 def test_the_demo_official_results_are_what_their_reports_say(demo_data):
-    """Registered, witnessed and audited, as their reports (a registered, witnessed template run) claim."""
+    """Registered and witnessed, as their reports (a registered, witnessed template run) claim; never audited:
+    generated figures have no weights or committed states, so their audit says `demo`, not `passed`."""
     from leaderboard.models import Result
 
     demo_data(30)
     official = Result.objects.filter(division="official").select_related("system")
     assert official.exists()
     for r in official:
-        assert r.trust() == {"registered": True, "witnessed": True, "audit": "passed", "review": "not needed"}, r.pk
+        assert r.trust() == {"registered": True, "witnessed": True, "audit": "demo", "review": "not needed"}, r.pk
+        assert r.audited_at is None and r.audit_report["demo"] is True, r.pk
         assert not r.report["system"]["describe"].startswith("unregistered"), r.report["system"]["describe"]
+    assert not Result.objects.filter(audit=Result.Audit.PASSED).exists()
 
 
 def test_the_demo_editions_rank_each_system_once(demo_data):

@@ -102,3 +102,18 @@ def test_a_live_result_that_is_not_its_systems_best_says_which_is(client, demo_d
     assert "Rank None" not in page
     system_page = client.get(f"/systems/{r.system_id}").content.decode()
     assert "None" not in system_page.split("<tbody>")[1].split("</tbody>")[0]
+
+
+def test_a_demo_result_says_its_audit_had_nothing_to_audit(client, demo_data):
+    """A generated demo result was never audited (no work exists behind its figures): its trust line, list mark,
+    audit rows and API say `demo`, neither passed nor failed."""
+    r = _official(demo_data)
+    assert r.audit == Result.Audit.DEMO
+    page = _page(client, r)
+    assert 'class="trust-neutral"><span class="visually-hidden">work: </span>demo data: nothing to audit</li>' in page
+    assert "audited</li>" not in page
+    assert "none to re-execute: generated demo data has no committed training states" in page
+    row = next(line for line in client.get("/").content.decode().splitlines() if f'data-result="{r.pk}"' in line)
+    assert 'class="trust-neutral" title="audit of the work: demo data, nothing to audit">A' in row
+    entry = next(e for e in client.get("/api/v1/leaderboard/").json()["results"] if e["id"] == r.pk)
+    assert entry["trust"]["audit"] == "demo"
