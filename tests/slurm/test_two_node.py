@@ -3,14 +3,29 @@ a trial spans both with DDP, and a node failure fails the attempt on it."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 from pathlib import Path
 
+import pytest
 from aiperf_runner.backends.slurm import SlurmBackend
 from aiperf_runner.rundir.privacy import read_hostnames
 
 from tests.backends.test_conformance import spec_for, wait_done, wait_for
-from tests.slurm.cluster import finish, queue, read_events, run_tag, slurm, start_run, verify_ok, wait_until
+from tests.slurm.cluster import (
+    REPO,
+    RUNNER,
+    env_for,
+    finish,
+    queue,
+    read_events,
+    run_tag,
+    slurm,
+    start_run,
+    verify_ok,
+    wait_until,
+)
 
 
 def test_two_slots_use_both_nodes(two_node: Path, tmp_path: Path) -> None:
@@ -105,3 +120,44 @@ def test_nodes_per_slot_2_trains_with_ddp_across_both_nodes(two_node: Path, tmp_
     assert "2 process(es)" in out, out  # the trial program's world size: one process on each node
     assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
     verify_ok(run_dir)
+
+
+def _llm_started(run_dir: Path) -> list[dict]:
+    return [e for e in read_events(run_dir) if e["type"] == "trial_started"]
+
+
+def test_an_llm_trial_spans_both_nodes_and_a_killed_run_resumes_with_the_same_slots(two_node: Path,
+                                                                                    tmp_path: Path) -> None:
+    """AIPerf-LLM with --nodes-per-slot 2: each trial is one job over n1 and n2, one rank on each (gloo over
+    TCP between the nodes' processes). The controller killed while a trial runs: `--resume` stops the orphan
+    job, retries the attempt on a slot of the same two nodes and two ranks, and the run verifies."""
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "run"
+    proc = start_run(two_node, run_dir, "--workload", "llm", "--preset", "llm-smoke", "--nodes-per-slot", "2",
+                     "--duration", "50s")
+    try:
+        wait_until(lambda: any(e["type"] == "trial_finished" for e in read_events(run_dir)), 150,
+                   "an LLM trial finished over both nodes", proc, every=0.5)
+        wait_until(lambda: len(_llm_started(run_dir)) >= 2, 60, "the next trial started", proc, every=0.5)
+        proc.kill()  # the controller dies; the job of the trial it started runs on
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = _llm_started(run_dir)
+    resumed = subprocess.run([*RUNNER, "run", "--resume", str(run_dir), "--offline", "--progress", "plain"],
+                             env=env_for(two_node), cwd=str(REPO), capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    events = read_events(run_dir)
+    started = _llm_started(run_dir)
+    assert len(started) > len(first) and any(e["type"] == "run_resumed" for e in events)
+    assert all(e["devices"] == 2 for e in started), started  # after the resume too: one rank on each node
+    ends = [e for e in events if e["type"] == "train_end"]
+    assert ends and all(e["world"] == 2 for e in ends), ends
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert (run_json["slots"], run_json["devices_per_slot"], run_json["system"]["nodes"]) == (1, 2, 2)
+    outs = [p.read_text(errors="replace") for p in run_dir.glob("trials/*/attempt-*.out")]
+    assert outs and all("on n1,n2 (batch on SLURMD_NODENAME=n1)" in out for out in outs), outs  # each job on both
+    assert not [n for n, _ in queue(two_node).values() if n.startswith(run_tag(run_dir))]
+    report = verify_ok(run_dir)
+    assert report["workload"] == "llm" and report["trials_finished"] >= 1
