@@ -15,6 +15,27 @@ import pytest
 # that the test vectors run in any checkout; tests/flops/test_v1compat.py checks it is the same file.
 REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 
+# `make test` runs the suite in two phases (AIPERF_TEST_PHASE): `parallel`, the tests that start no service and
+# run nothing long, on pytest-xdist's workers; `serial`, the rest, one at a time (the stack, the SLURM clusters
+# and the real runs share this machine's cores and ports, and their time bounds assume it). Unset: every test.
+SERIAL_DIRS = ("slurm",)
+
+
+def _serial(item: pytest.Item) -> bool:
+    under = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+    return bool(under[0] in SERIAL_DIRS or item.get_closest_marker("slow") or item.get_closest_marker("services"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = os.environ.get("AIPERF_TEST_PHASE", "")
+    if phase not in ("parallel", "serial"):
+        return
+    keep = [item for item in items if _serial(item) == (phase == "serial")]
+    dropped = [item for item in items if _serial(item) != (phase == "serial")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 @pytest.fixture
 def reference_resnet50() -> Path:
