@@ -6,7 +6,7 @@ with no index. The smoke run is offline, with no network at all (`--network none
 both inside the container and with this checkout's verifier. Needs Docker (skipped without it,
 failed under AIPERF_REQUIRE_SERVICES=1). On two cores shared with other jobs (load 9-12): the
 build 5.3 min (most of it pip unpacking and compiling torch, then copying the venv out of the first
-stage), the 60-s run 65 s, removing the image 2.5-4.3 min. AIPERF_RUNNER_IMAGE names an image
+stage), the 30-s run about 35 s, removing the image 2.5-4.3 min. AIPERF_RUNNER_IMAGE names an image
 built earlier (e.g. by `make runner-image` in the same CI run) to use instead of building one.
 """
 
@@ -74,7 +74,7 @@ def test_the_runner_container_builds_and_runs_the_smoke_preset(runner_image: str
     # As this user (files the host can remove), with no network: an offline run needs none.
     box = ["run", "--rm", "--network", "none", "--user", f"{os.getuid()}:{os.getgid()}", "-e", "HOME=/tmp",
            "-v", f"{runs}:/runs", runner_image]
-    out = docker(*box, "aiperf-runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "45s",
+    out = docker(*box, "aiperf-runner", "run", "--preset", "smoke", "--slots", "2", "--duration", "30s",
                  "--offline", "--out", "/runs/smoke", "--progress", "plain")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "run finished (duration)" in out.stdout

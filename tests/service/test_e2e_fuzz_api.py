@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("AIPERF_FUZZ_EXAMPLES", "6"))  # per operation and phase
 SEED = os.environ.get("AIPERF_FUZZ_SEED", "15")
-SCENARIOS = int(os.environ.get("AIPERF_STATEFUL_SCENARIOS", "40"))  # per stateful run
+SCENARIOS = int(os.environ.get("AIPERF_STATEFUL_SCENARIOS", "20"))  # per stateful run
 STEPS = int(os.environ.get("AIPERF_STATEFUL_STEPS", "15"))  # at most, per scenario
 ARTIFACTS = REPO / "test-artifacts"
 TABLES = [f"leaderboard_{m}" for m in ("site", "sitekey", "system", "acceleratorpeak", "witnesskey", "runattempt",
