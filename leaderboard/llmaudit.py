@@ -137,8 +137,8 @@ def reexecute_plan(root: Path, drawn: Mapping[str, Any], states: Mapping[str, Pa
                    preset: str, precision: str, device: str, data: str | None = None) -> Path | None:
     """The re-execution's PLAN.json for one drawn trial (train/llm/reexecute.py), written beside the extracted
     bundle: every field of the trial from the verified log (its `trial_proposed` line, its parent's architecture),
-    the run's seed and ranks from run.json, the precision the service judges it at, the uploaded files with the digests the log recorded. None
-    when the log proposes no such trial (or not its parent)."""
+    the run's seed and ranks from run.json, the precision the service judges it at, the uploaded files with the
+    digests the log recorded. None when the log proposes no such trial (or not its parent)."""
     trial, parent = str(drawn["trial"]), drawn.get("parent")
     if trial not in proposed or (parent is not None and parent not in proposed):
         return None

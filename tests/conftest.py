@@ -30,8 +30,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     phase = os.environ.get("AIPERF_TEST_PHASE", "")
     if phase not in ("parallel", "serial"):
         return
-    keep = [item for item in items if _serial(item) == (phase == "serial")]
-    dropped = [item for item in items if _serial(item) != (phase == "serial")]
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (keep if _serial(item) == (phase == "serial") else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
