@@ -95,3 +95,35 @@ def test_the_service_draws_from_the_kept_segments_only() -> None:
                                              if proof.kept(BEACONS[0 if s.key.startswith("t0001") or s.epoch == 1
                                                                    else 1], s.key, 0.5)}
     assert claimed.best is not None and (claimed.best.trial, claimed.best.epoch) == ("t0000", 2)
+
+
+def test_a_superseded_best_stays_while_it_starts_an_undecided_epoch(tmp_path: Path) -> None:
+    """t0000's best epoch ends where its next epoch starts; another trial's better epoch arrives before the
+    receipt that decides that next epoch. The receipt may keep its first segment: the start must stay."""
+    events = [
+        {"type": "trial_started", "trial": "t0000", "attempt": 1, "devices": 1},
+        {"type": "trial_started", "trial": "t0001", "attempt": 1, "devices": 1},
+        _states("t0000", 1), _epoch("t0000", 1, 0.6),
+        {"type": "witness", "beacon": BEACONS[0]},
+        _states("t0000", 2), _epoch("t0000", 2, 0.5),
+        {"type": "trial_finished", "trial": "t0000"},
+        _states("t0001", 1), _epoch("t0001", 1, 0.7),  # supersedes t0000's epoch 1 as the best
+    ]
+    run = tmp_path / "run"
+    for ev in events:
+        if ev["type"] == "epoch_states":
+            folder = run / "trials" / ev["trial"] / "states"
+            folder.mkdir(parents=True, exist_ok=True)
+            for sha in [ev["start"], *(c[1] for c in ev["commits"])]:
+                (folder / f"{sha}.safetensors").write_bytes(b"state")
+    keeper = StateKeeper(run, 0.5)  # BEACONS[0] keeps only the first segment of t0000's epoch 1
+    for ev in events:
+        keeper.take(ev)
+    second = _states("t0000", 2)
+    assert second["start"] in _files(run)
+    keeper.take({"type": "witness", "beacon": BEACONS[1]})
+    claimed = proof.claimed([*events, {"type": "witness", "beacon": BEACONS[1]}], 0.5)
+    assert any(s.start == second["start"] for s in claimed.kept)  # BEACONS[1] keeps its first segment
+    assert claimed.best is not None
+    asked = {s.start for s in claimed.kept} | {s.end for s in claimed.kept} | {claimed.best.sha256}
+    assert asked <= _files(run)

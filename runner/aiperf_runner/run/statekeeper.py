@@ -70,11 +70,22 @@ class StateKeeper:
         trial's next epoch."""
         trial, epoch = key
         sha = str(self.fold.lines[key]["commits"][-1][1])
-        if sha in self.fold.needed() or key in self.fold.undecided:
+        # An undecided line may start at this state (the trial's next epoch, logged before the receipt): the
+        # receipt may keep that line's first segment, so the state waits for the sweep of that line.
+        if sha in self.fold.needed() or sha in self._undecided_digests(trial):
             return
         if trial not in self.finished and epoch == self.last_line.get(trial):
             return
         self._delete(trial, sha)
+
+    def _undecided_digests(self, trial: str) -> set[str]:
+        out: set[str] = set()
+        for key in self.fold.undecided:
+            if key[0] == trial:
+                line = self.fold.lines[key]
+                out.add(str(line["start"]))
+                out.update(str(c[1]) for c in line["commits"])
+        return out
 
     def _delete(self, trial: str, sha: str) -> None:
         (self.run_dir / "trials" / trial / STATES / f"{sha}.safetensors").unlink(missing_ok=True)
