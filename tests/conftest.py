@@ -16,24 +16,44 @@ import pytest
 REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 
 # `make test` runs the suite in two phases (AIPERF_TEST_PHASE): `parallel`, the tests that start no service and
-# run nothing long, on pytest-xdist's workers; `serial`, the rest, one at a time (the stack, the SLURM clusters
-# and the real runs share this machine's cores and ports, and their time bounds assume it). Unset: every test.
+# run nothing long, on pytest-xdist's workers; `serial`, the rest, in two streams at once (AIPERF_TEST_STREAM,
+# scripts/test-streams.sh), each stream's tests one at a time. The SLURM tests wait on their clusters most of the
+# time (half a core busy, measured), so they, the browser, the container build and tests/train run beside the
+# service stacks and the real runs, which keep both cores busy. Unset: every test (of the phase).
 SERIAL_DIRS = ("slurm",)
+STREAMS = ("cluster", "stack")
+CLUSTER_STREAM = ("slurm", "web", "train", "runner/test_container.py", "runner/test_wheelhouse.py")
+
+
+def _under(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).relative_to(Path(__file__).parent).as_posix()
 
 
 def _serial(item: pytest.Item) -> bool:
-    under = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
-    return bool(under[0] in SERIAL_DIRS or item.get_closest_marker("slow") or item.get_closest_marker("services"))
+    return bool(_under(item).split("/")[0] in SERIAL_DIRS or item.get_closest_marker("slow")
+                or item.get_closest_marker("services"))
+
+
+def _stream(item: pytest.Item) -> str:
+    under = _under(item)
+    return "cluster" if any(under == s or under.startswith(s + "/") for s in CLUSTER_STREAM) else "stack"
+
+
+def _selected(item: pytest.Item, phase: str, stream: str) -> bool:
+    if _serial(item) != (phase == "serial"):
+        return False
+    return phase != "serial" or stream not in STREAMS or _stream(item) == stream
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     phase = os.environ.get("AIPERF_TEST_PHASE", "")
     if phase not in ("parallel", "serial"):
         return
+    stream = os.environ.get("AIPERF_TEST_STREAM", "")
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        (keep if _serial(item) == (phase == "serial") else dropped).append(item)
+        (keep if _selected(item, phase, stream) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
