@@ -16,10 +16,11 @@ import pytest
 REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 
 # `make test` runs the suite in two phases (AIPERF_TEST_PHASE): `parallel`, the tests that start no service and
-# run nothing long, on pytest-xdist's workers; `serial`, the rest, in two streams at once (AIPERF_TEST_STREAM,
-# scripts/test-streams.sh), each stream's tests one at a time. The SLURM tests wait on their clusters most of the
-# time (half a core busy, measured), so they, the browser, the container build and tests/train run beside the
-# service stacks and the real runs, which keep both cores busy. Unset: every test (of the phase).
+# run nothing long, on pytest-xdist's workers; `serial`, the rest, one at a time (the stack, the SLURM clusters
+# and the real runs share this machine's cores and ports, and their time bounds assume it). Unset: every test.
+# AIPERF_TEST_STREAM narrows the serial phase to one of two streams that scripts/test-streams.sh can run at once
+# (SERIAL_STREAMS=2): the SLURM tests, the browser, the container build and tests/train (half a core busy on
+# average, measured), and the service stacks and real runs (both cores).
 SERIAL_DIRS = ("slurm",)
 STREAMS = ("cluster", "stack")
 CLUSTER_STREAM = ("slurm", "web", "train", "runner/test_container.py", "runner/test_wheelhouse.py")
