@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 H100 = "NVIDIA H100 80GB HBM3"
 AUDIT_DELAY_S = 2.0  # each audit here re-evaluates 2-4 trials: 4-8 s of delay, past the 5-s visibility timeout
 # The audit re-executes 4 of the kept segments here (17 on the list): every audit of this module pays for them.
+SEGMENT_TRIES = 3  # runs of an attack whose audit may find no kept segment (test_skipped_work_...)
 CI_RULES = {"3.1-ci": {"base": "3.1", "official_preset": "smoke", "min_duration_s": 30.0, "max_score_cv": 0.5,
                        "audit_segments": 4, "llm_official_presets": ["llm-smoke"]}}
 
@@ -257,22 +258,34 @@ def test_skipped_work_and_smaller_images_fail_the_re_execution(stack, tmp_path):
     """The red team's second and third attacks, run side by side: a quarter of the batches trained with whole
     epochs claimed, and images of 8 pixels trained where the preset's are 16 (a quarter of the FLOPs charged),
     each with every commitment where the rules want it. Official and audited before rules 3.0 (the audit read
-    the image size from the site's trial.json); the re-executed segments catch both. Two runs of their own: among
-    the side runs' seven, a run this short may keep no segment for the audit to draw."""
-    skipping_site, small_site = Site(stack, "Skipping Lab"), Site(stack, "Small Lab")
-    skipping = skipping_site.start_run(tmp_path / "skipping", "40s", slots=1, seed=5,
-                                       trial_module="tests.service.skipping_trial")
-    small = small_site.start_run(tmp_path / "small", "40s", slots=1, seed=8,
-                                 trial_module="tests.service.small_images_trial")
-    finish(skipping)
-    finish(small)
-    for site, run in ((skipping_site, tmp_path / "skipping"), (small_site, tmp_path / "small")):
-        sub = site.submit(run)
-        assert sub["status"] == "rejected", (run.name, sub)
-        reasons = {r["check"]: r["message"] for r in sub["reasons"]}
-        assert "audit.replay" in reasons, (run.name, sub["reasons"])
-        assert "the committed work is not what the segment does" in reasons["audit.replay"]
-        assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+    the image size from the site's trial.json); the re-executed segments catch both.
+
+    A run this short may keep no segment for the audit to draw (each is kept with the rules' 5 %, by a beacon):
+    one the audit had nothing to draw from is run again with another seed (at most SEGMENT_TRIES runs), never
+    one that had segments."""
+    attacks = {"skipping": (Site(stack, "Skipping Lab"), 5, "tests.service.skipping_trial"),
+               "small": (Site(stack, "Small Lab"), 8, "tests.service.small_images_trial")}
+    pending = dict(attacks)
+    for attempt in range(SEGMENT_TRIES):
+        started = {name: site.start_run(tmp_path / f"{name}-{attempt}", "40s", slots=1, seed=seed + 100 * attempt,
+                                        trial_module=module)
+                   for name, (site, seed, module) in pending.items()}
+        for name, proc in started.items():
+            finish(proc)
+            site = attacks[name][0]
+            sub = site.submit(tmp_path / f"{name}-{attempt}")
+            if sub["status"] == "verified" and sub.get("result"):
+                drawn = stack.get(f"/api/v1/results/{sub['result']}/")["audit_report"].get("drawn_from")
+                if not drawn and attempt + 1 < SEGMENT_TRIES:
+                    continue  # nothing kept to re-execute: another run, another beacon
+            assert sub["status"] == "rejected", (name, attempt, sub)
+            reasons = {r["check"]: r["message"] for r in sub["reasons"]}
+            assert "audit.replay" in reasons, (name, sub["reasons"])
+            assert "the committed work is not what the segment does" in reasons["audit.replay"]
+            assert stack.get(f"/api/v1/submissions/{sub['submission']}/")["result"] is None  # off the list
+            del pending[name]
+        if not pending:
+            return
 
 
 def test_a_lucky_non_final_epoch_fails_the_best_checkpoints_re_evaluation(stack, side_runs):

@@ -23,7 +23,7 @@ from leaderboard import audit, llmaudit
 from leaderboard.models import Result, Submission, System
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), shared by the session
+pytestmark = pytest.mark.slow  # one short run (tests/conftest.py llm_run), shared by the session
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ from aiperf_runner.spec.verify import verify
 from tests.helpers import REPO
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.slow  # one 24-second run (tests/conftest.py llm_run), shared by the session
+pytestmark = pytest.mark.slow  # one short run (tests/conftest.py llm_run), shared by the session
 
 from aiperf_runner.train.llm import reexecute  # noqa: E402
 from aiperf_runner.train.llm.reexecute import Plan, trial_seed  # noqa: E402

@@ -91,6 +91,7 @@ class LlmRun:
     started_at: float = field(default_factory=time.time)
     witness: llmwitness.LlmWitness | None = None  # a witnessed run's heartbeats and receipts (run/llmwitness.py)
     records: int = 0  # training records (train_end lines) in the main log
+    stop_reason: str | None = None  # set by request_stop (another thread, a signal handler)
     launches: llmlaunch.LlmLaunches = field(init=False)
 
     def __post_init__(self) -> None:
@@ -198,12 +199,20 @@ class LlmRun:
 
     # ---- the loop ---------------------------------------------------------------------------------
 
+    def request_stop(self, reason: str = "stopped") -> None:
+        """End the run at the loop's next turn, as its duration would: running attempts are cancelled and
+        their work is not counted. Safe from another thread."""
+        self.stop_reason = self.stop_reason or reason
+
     def run(self) -> str:
         assert self.config.duration_s is not None
         deadline = self.started_at + self.config.duration_s  # counted from the run's start, across resumes
         reason, error = "duration", None
         try:
             while time.time() < deadline:
+                if self.stop_reason is not None:
+                    reason = self.stop_reason
+                    break
                 self._poll()
                 self._launched()
                 self._fill()
