@@ -22,11 +22,15 @@ a few ms); last, in this process, one checkpoint of an imagenet-sized state (`--
     .venv/bin/python bench/trial_overheads.py --pairs 1 --duration 20s --cold   # + an arm without the zygote
     .venv/bin/python bench/trial_overheads.py --slurm               # also on the local SLURM cluster
     .venv/bin/python bench/trial_overheads.py --preset fashion-mnist --duration 90s --pairs 1
+    .venv/bin/python bench/trial_overheads.py --no-local --slurm-steps --state-mparams 0   # steps: cold/warm
 
 `--cold` adds an arm with the local backend's zygote off (`warm_start=false`): every attempt a fresh
 interpreter importing torch, as every SLURM job's processes still are. `--slurm` runs the same two
 arms with `--backend slurm` against $SLURM_CONF (var/slurm/slurm.conf, scripts/slurm-cluster.sh,
-when unset); without a cluster answering `sinfo` it says so and skips that part.
+when unset); without a cluster answering `sinfo` it says so and skips that part. `--slurm-steps` runs the
+controller inside an allocation (`salloc --nodes=1 --exclusive`, `--backend slurm-steps`) with two arms: every
+attempt a job step of its own (`cold`, the default) against attempts forked by a zygote step on the node
+(`warm`, `--backend-opt warm_start=true`).
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def run_once(arm: Arm, args: argparse.Namespace, backend: str, env: dict[str, st
     """One benchmark run of `arm`; its trials' timing lines added to the arm."""
     work = Path(tempfile.mkdtemp(prefix="aiperf-trial-overheads-"))
     run_dir = work / "run"
-    argv = [sys.executable, "-m", "aiperf_runner", "run", "--preset", args.preset, "--slots", "1",
+    inside = ["salloc", "--nodes=1", "--exclusive", "--time=10"] if backend == "slurm-steps" else []
+    argv = [*inside, sys.executable, "-m", "aiperf_runner", "run", "--preset", args.preset, "--slots", "1",
             "--duration", args.duration, "--out", str(run_dir), "--progress", "none", "--backend", backend,
             *arm.extra]
     if args.preset == "fashion-mnist":
@@ -140,6 +145,11 @@ def report(title: str, arms: list[Arm]) -> None:
               f"{ratio('val_s')}, training per epoch {ratio('train_s')}, launch -> first step {ratio('startup_s')}")
     if "cold" in figs and after:
         print(f"  cold / warm (zygote): launch -> first step {figs['cold']['startup_s'] / after['startup_s']:.2f}x")
+    if "steps-cold" in figs and "steps-warm" in figs:
+        cold, warm = figs["steps-cold"], figs["steps-warm"]
+        print(f"  steps cold / warm (a job step per attempt / forked by the node's zygote step): launch -> first "
+              f"step {cold['startup_s'] / warm['startup_s']:.2f}x, launch -> trial process "
+              f"{cold['to_process_s'] / warm['to_process_s']:.2f}x")
 
 
 def measure(title: str, arms: list[Arm], args: argparse.Namespace, backend: str, env: dict[str, str]) -> bool:
@@ -206,6 +216,8 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=1, help="ABBA rounds, each arm runs twice in one (default 1)")
     parser.add_argument("--cold", action="store_true", help="add a local arm without the zygote")
     parser.add_argument("--slurm", action="store_true", help="also on the local SLURM cluster")
+    parser.add_argument("--slurm-steps", action="store_true",
+                        help="inside a SLURM allocation: a job step per attempt against warm starts")
     parser.add_argument("--no-local", action="store_true", help="only the SLURM part")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
     parser.add_argument("--state-mparams", type=float, default=25.6,
@@ -220,14 +232,20 @@ def main() -> int:
     if not args.no_local:
         print(f"local backend, {args.preset}, one slot ({os.cpu_count()} CPUs)", flush=True)
         ok = measure(f"local backend, {args.preset}", arms(args.cold, False), args, "local", env)
-    if args.slurm:
+    if args.slurm or args.slurm_steps:
         senv = slurm_env()
         if senv is None:
             print("\nSLURM: skipped: no cluster answers sinfo (scripts/slurm-cluster.sh start; set SLURM_CONF)")
         else:
             senv["PYTHONPATH"] = env["PYTHONPATH"]
-            print(f"\nSLURM backend ({senv.get('SLURM_CONF')}), {args.preset}, one slot", flush=True)
-            ok = measure(f"SLURM backend, {args.preset}", arms(False, True), args, "slurm", senv) and ok
+            if args.slurm:
+                print(f"\nSLURM backend ({senv.get('SLURM_CONF')}), {args.preset}, one slot", flush=True)
+                ok = measure(f"SLURM backend, {args.preset}", arms(False, True), args, "slurm", senv) and ok
+            if args.slurm_steps:
+                print(f"\nslurm-steps backend ({senv.get('SLURM_CONF')}), {args.preset}, one slot", flush=True)
+                steps = [Arm("steps-cold", {"AIPERF_SYNC_CHECKPOINT": "0"}),
+                         Arm("steps-warm", {"AIPERF_SYNC_CHECKPOINT": "0"}, ("--backend-opt", "warm_start=true"))]
+                ok = measure(f"slurm-steps backend, {args.preset}", steps, args, "slurm-steps", senv) and ok
     if args.state_mparams > 0:
         big_state(args.state_mparams)
     return 0 if ok else 1

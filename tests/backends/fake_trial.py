@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
         facts = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
                  "cwd": os.getcwd(), "argv": sys.argv[1:], "name": __name__, "stdin": os.readlink("/proc/self/fd/0"),
                  "var": os.environ.get("FAKE_TRIAL_VAR"), "torch_loaded": "torch" in sys.modules,
-                 "threads": len(os.listdir("/proc/self/task"))}
+                 "threads": len(os.listdir("/proc/self/task")), "cpu_set": os.environ.get("AIPERF_CPU_SET"),
+                 "inherited": os.environ.get("FAKE_INHERITED"),
+                 "slurm_step": os.environ.get("SLURM_STEP_ID")}
         (out_dir / "facts.json").write_text(json.dumps(facts))
         return 0
     if mode == "exit":

@@ -35,21 +35,21 @@ def test_outside_an_allocation_it_says_so(tmp_path: Path, monkeypatch: pytest.Mo
         SlurmStepsBackend(tmp_path, reservation="r", time_limit="1:00:00")
 
 
-def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_path: Path) -> None:
-    require_accounting(one_node)
-    run_dir = tmp_path / "run"
-    env = env_for(one_node, AIPERF_RUNNER=f"{sys.executable} -m aiperf_runner", FAKE_EPOCH_S="1")
+def controller_job(conf: Path, tmp_path: Path, run_dir: Path, duration: str, *extra: str) -> tuple[str, dict[str, str]]:
+    """scripts/slurm-steps.sbatch submitted as an operator would (two slots, the fake trial program), waited for
+    until its job has left the queue: its id and the steps seen while it ran ({step id: name})."""
+    env = env_for(conf, AIPERF_RUNNER=f"{sys.executable} -m aiperf_runner", FAKE_EPOCH_S="1")
     job = subprocess.run(
         ["sbatch", "--parsable", "--nodes=1", "--time=10", f"--output={tmp_path / 'controller.out'}",
          f"--chdir={REPO}", str(REPO / "scripts" / "slurm-steps.sbatch"),
-         "--preset", "smoke", "--duration", "20s", "--slots", "2", "--out", str(run_dir),
-         "--trial-module", "tests.runner.fake_trial"],
+         "--preset", "smoke", "--duration", duration, "--slots", "2", "--out", str(run_dir),
+         "--trial-module", "tests.runner.fake_trial", *extra],
         env=env, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     steps: dict[str, str] = {}
     deadline = time.monotonic() + 150
     try:
         while time.monotonic() < deadline:
-            text = slurm(one_node, "squeue", "-h", "-s", "-j", job, "-o", "%i|%j", check=False)
+            text = slurm(conf, "squeue", "-h", "-s", "-j", job, "-o", "%i|%j", check=False)
             steps.update(line.split("|", 1) for line in text.split() if "|" in line)
             left = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], env=env, capture_output=True, text=True)
             if left.returncode == 0 and not left.stdout.strip():  # not a squeue that failed to answer
@@ -58,7 +58,14 @@ def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_pa
         else:
             raise AssertionError(f"the controller's job {job} did not end")
     finally:
-        slurm(one_node, "scancel", job, check=False)
+        slurm(conf, "scancel", job, check=False)
+    return job, steps
+
+
+def test_controller_in_an_sbatch_job_runs_trials_as_steps(one_node: Path, tmp_path: Path) -> None:
+    require_accounting(one_node)
+    run_dir = tmp_path / "run"
+    job, steps = controller_job(one_node, tmp_path, run_dir, "20s")
     out = (tmp_path / "controller.out").read_text()
     assert "run finished (duration)" in out, out[-3000:]  # not stopped by the script's --signal (5 min before the limit)
     events = read_events(run_dir)

@@ -12,6 +12,14 @@ stdin from /dev/null, the environment it was given, the module run as `__main__`
 Only CPU slots start this way: a child forked from a process that has touched CUDA cannot use it,
 and a GPU trial's start-up is small against its epochs.
 
+The `slurm-steps` backend (option `warm_start`) runs one zygote per node of its allocation as a job step
+(`command_prefix`: the step's srun, which carries the protocol over its stdin and stdout). There the controller
+cannot signal or look up the children itself: it asks the zygote to signal one (`{"signal": 15, "pid": 1234}`,
+its process group), a request's `inherit_env` lays its environment over the zygote's own (the step's SLURM
+variables), its `cpu_share` ([index, count]) gives the child that share of the zygote's cores (AIPERF_CPU_SET,
+as the local backend gives a slot's), and with `--kill-on-eof` the zygote kills its children when the
+controller is gone (no pid file of theirs is on the controller's node).
+
 The child is the zygote's, not the controller's: the zygote reaps it and reports its exit status
 (as `Popen.returncode`: negative for a signal) over its stdout. If the controller dies, the zygote
 sees end-of-file and exits, leaving running attempts as a killed controller always has (their
@@ -21,6 +29,7 @@ pid files let `--resume` kill them). Protocol: one JSON object per line each way
     <- {"ready": true, "preloaded": [...]}     (once, after the imports)
     <- {"id": 1, "pid": 1234} | {"id": 1, "error": "..."}
     <- {"exit": 1234, "rc": 0}
+    -> {"signal": 15, "pid": 1234}             (no answer; only to a child of the zygote's)
 """
 
 from __future__ import annotations
@@ -56,15 +65,21 @@ class Zygote:
     """The client: starts the zygote process and forks attempts through it. Thread-safe."""
 
     def __init__(self, preload: Sequence[str] = PRELOAD, log: Path | None = None,
-                 run_dir: Path | None = None) -> None:
-        env = dict(os.environ)
+                 run_dir: Path | None = None, command_prefix: Sequence[str] = (), python: str = sys.executable,
+                 env: Mapping[str, str] | None = None) -> None:
+        """`command_prefix` (e.g. an srun) starts the zygote elsewhere: it is then `remote`, and its children
+        are signalled through it (`signal`), never looked up here."""
+        self.remote = bool(command_prefix)
+        env = dict(os.environ if env is None else env)
         # numpy's OpenBLAS would start a thread pool at import; one thread keeps the zygote single-threaded
         # at every fork (a pool's locks must not be copied held). Trials do not use numpy for compute.
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         err: Any = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
         try:
             where = ["--run-dir", os.fspath(run_dir)] if run_dir is not None else []
-            self._proc = subprocess.Popen([sys.executable, "-m", __name__, *where, *preload], stdin=subprocess.PIPE,
+            remote = ["--kill-on-eof"] if self.remote else []
+            self._proc = subprocess.Popen([*command_prefix, python, "-m", __name__, *remote, *where, *preload],
+                                          stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True,
                                           close_fds=True)
         finally:
@@ -101,8 +116,10 @@ class Zygote:
         return bool(self.ready)
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
-              stdout: Path, stderr: Path) -> ZygoteChild:
-        """Fork `python -m MODULE ARGS...` (argv as given to Popen) from the zygote."""
+              stdout: Path, stderr: Path, *, inherit_env: bool = False,
+              cpu_share: tuple[int, int] | None = None) -> ZygoteChild:
+        """Fork `python -m MODULE ARGS...` (argv as given to Popen) from the zygote. `inherit_env`: `env`
+        laid over the zygote's environment; `cpu_share` (index, count): that share of the zygote's cores."""
         if len(argv) < 3 or argv[1] != "-m":
             raise ZygoteError(f"the zygote runs `python -m MODULE ...` only, not {list(argv)[:3]}")
         with self._lock:
@@ -110,14 +127,13 @@ class Zygote:
                 raise ZygoteError(f"the zygote is not running: {self.failure or 'not ready'}")
             self._next_id += 1
             ask = self._next_id
-            request = {"id": ask, "argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd),
-                       "stdout": os.fspath(stdout), "stderr": os.fspath(stderr)}
-            try:
-                self._in.write(json.dumps(request).encode() + b"\n")
-                self._in.flush()
-            except OSError as exc:
-                self._lost(f"cannot write to it: {exc}")
-                raise ZygoteError(f"the zygote is gone: {exc}") from None
+            request: dict[str, Any] = {"id": ask, "argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd),
+                                       "stdout": os.fspath(stdout), "stderr": os.fspath(stderr)}
+            if inherit_env:
+                request["inherit_env"] = True
+            if cpu_share is not None:
+                request["cpu_share"] = list(cpu_share)
+            self._write(request)
             deadline = time.monotonic() + 30.0
             while ask not in self._replies:
                 if not self._read(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
@@ -129,12 +145,22 @@ class Zygote:
             raise ZygoteError(f"the zygote could not start the attempt: {reply.get('error')}")
         return ZygoteChild(self, int(reply["pid"]))
 
+    def signal(self, pid: int, sig: int) -> bool:
+        """Ask the zygote to send `sig` to its child `pid`'s process group. False when it is gone."""
+        with self._lock:
+            try:
+                self._write({"signal": int(sig), "pid": int(pid)})
+            except ZygoteError:
+                return False
+            return True
+
     def returncode(self, pid: int) -> int | None:
         """The child's exit status once the zygote has reported it (None while it runs)."""
         with self._lock:
             if pid not in self._exits:
                 self._read(0.0)
-            if pid not in self._exits and self.ready is False and not _pid_alive(pid):
+            # A remote zygote's children ended with it (its step, or --kill-on-eof): no pid of theirs is here.
+            if pid not in self._exits and self.ready is False and (self.remote or not _pid_alive(pid)):
                 self._exits[pid] = ZYGOTE_LOST_RC  # its status went with the zygote
             return self._exits.get(pid)
 
@@ -153,6 +179,17 @@ class Zygote:
             self._proc.wait()
         with contextlib.suppress(OSError):
             self._out.close()
+
+    # Called with the lock held.
+    def _write(self, request: Mapping[str, Any]) -> None:
+        if self.ready is False:
+            raise ZygoteError(f"the zygote is gone: {self.failure}")
+        try:
+            self._in.write(json.dumps(request).encode() + b"\n")
+            self._in.flush()
+        except OSError as exc:
+            self._lost(f"cannot write to it: {exc}")
+            raise ZygoteError(f"the zygote is gone: {exc}") from None
 
     # Called with the lock held: read what the zygote wrote, waiting at most `timeout` seconds.
     def _read(self, timeout: float) -> bool:
@@ -211,6 +248,14 @@ class ZygoteChild:
                 self._zygote.forget(self.pid)
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the child's process group through the zygote (a remote zygote's children are not here)."""
+        if self.poll() is None:
+            self._zygote.signal(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
@@ -227,6 +272,9 @@ def _send(msg: dict[str, Any]) -> None:
     os.write(1, json.dumps(msg).encode() + b"\n")
 
 
+_children: set[int] = set()  # the zygote's children still running
+
+
 def _reap() -> None:
     while True:
         try:
@@ -236,6 +284,7 @@ def _reap() -> None:
         if pid == 0:
             return
         rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        _children.discard(pid)
         _send({"exit": pid, "rc": rc})
 
 
@@ -256,8 +305,11 @@ def _child(request: dict[str, Any], wakeup_fds: Sequence[int]) -> None:
             os.dup2(src, dst)
             os.close(src)
         os.chdir(request["cwd"])
-        os.environ.clear()
+        if not request.get("inherit_env"):
+            os.environ.clear()
         os.environ.update(request["env"])
+        if request.get("cpu_share"):
+            _take_cpu_share(*request["cpu_share"])
         # A fresh interpreter would have put these first on its path (before site-packages).
         for entry in reversed([e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]):
             if entry not in sys.path:
@@ -281,6 +333,21 @@ def _child(request: dict[str, Any], wakeup_fds: Sequence[int]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _take_cpu_share(index: int, count: int) -> None:
+    """This child's share of the zygote's cores, as the trial program binds itself (util/cpubind.py)."""
+    from aiperf_runner.util.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
+
+    cpus = share(core_groups(os.sched_getaffinity(0)), index, count) if count > 1 else []
+    if cpus:
+        os.environ[CPU_SET_ENV] = format_cpulist(cpus)
+
+
+def _kill_children() -> None:
+    for pid in list(_children):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _apply_thread_settings() -> None:
@@ -310,7 +377,7 @@ def _preload(preload: Sequence[str], run_dir: str | None) -> tuple[list[str], st
     return loaded, error
 
 
-def serve(preload: Sequence[str], run_dir: str | None = None) -> int:
+def serve(preload: Sequence[str], run_dir: str | None = None, kill_on_eof: bool = False) -> int:
     loaded, error = _preload(preload, run_dir)
     if len(os.listdir("/proc/self/task")) > 1:
         # A thread's locks (malloc's, a thread pool's) would be copied held into every child.
@@ -338,14 +405,21 @@ def serve(preload: Sequence[str], run_dir: str | None = None) -> int:
         if 0 not in readable:
             continue
         chunk = os.read(0, 1 << 20)
-        if not chunk:
-            return 0  # the controller is gone
+        if not chunk:  # the controller is gone
+            if kill_on_eof:
+                _kill_children()
+            return 0
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
             if not line.strip():
                 continue
             request = json.loads(line)
+            if "signal" in request:
+                if int(request["pid"]) in _children:  # its own child's group only, never another pid
+                    with contextlib.suppress(OSError):
+                        os.killpg(int(request["pid"]), int(request["signal"]))
+                continue
             try:
                 pid = os.fork()
             except OSError as exc:
@@ -353,16 +427,20 @@ def serve(preload: Sequence[str], run_dir: str | None = None) -> int:
                 continue
             if pid == 0:
                 _child(request, (wake_r, wake_w))
+            _children.add(pid)
             _send({"id": request["id"], "pid": pid})
 
 
 def main(argv: Sequence[str]) -> int:
-    """python -m aiperf_runner.backends.zygote [--run-dir DIR] MODULE..."""
+    """python -m aiperf_runner.backends.zygote [--kill-on-eof] [--run-dir DIR] MODULE..."""
     args = list(argv)
+    kill_on_eof = args[:1] == ["--kill-on-eof"]
+    if kill_on_eof:
+        args = args[1:]
     run_dir = None
     if args[:1] == ["--run-dir"]:
         run_dir, args = args[1], args[2:]
-    return serve(args, run_dir)
+    return serve(args, run_dir, kill_on_eof)
 
 
 if __name__ == "__main__":

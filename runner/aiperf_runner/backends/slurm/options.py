@@ -61,6 +61,9 @@ class SlurmStepsOptions(SlurmCommonOptions):
     """The `slurm-steps` backend's options (steps.py's docstring)."""
 
     stop_wait_s: float = 30.0  # one deadline for every step's srun to exit at shutdown (then SIGKILL)
+    # One zygote step per node forks the attempts of one-node slots (warm.py): no step, interpreter or torch
+    # import per attempt. Off by default: not yet measured on GPU nodes.
+    warm_start: bool = False
 
     @classmethod
     def check_names(cls, options: Mapping[str, Any], backend: str = "") -> None:

@@ -18,7 +18,8 @@ running util/ifaddr.py on it). `--prologue`
 and `--wrap` work as with the `slurm` backend (launcher.py); the step's environment has
 AIPERF_TRIAL, AIPERF_ATTEMPT and AIPERF_NODES. Options (`SlurmStepsOptions`, options.py):
 `nodes_per_slot`, `gpus_per_node`, `slots`, `devices_per_slot`, `probe`, `probe_timeout_s`,
-`prologue`, `wrap`, `trial_python`, `rdzv_iface`, `stop_wait_s`.
+`prologue`, `wrap`, `trial_python`, `rdzv_iface`, `stop_wait_s`, `warm_start` (warm.py: a zygote step per node
+forks the attempts of one-node slots instead of a step each).
 
 A step's end is its srun's exit; its log lines are found by stat with back-off, and at once by
 inotify when the step runs on the controller's node (`wait_changed`, filewatch.py). Cancelling an
@@ -35,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -49,12 +49,14 @@ from aiperf_runner.backends.filewatch import FileWatch
 from aiperf_runner.spec.runio import EVENTS
 from aiperf_runner.util.hostlist import HostlistError, expand_hostlist
 
-from .backend import CANCELLED_STATUS, JOB_PREFIX
-from .commands import SlurmError, failed_nodes, run_slurm, scancel, slurm_version
+from .backend import JOB_PREFIX
+from .commands import SlurmError, run_slurm, scancel, slurm_version
+from .handle import StepHandle
 from .launcher import Launcher
 from .options import SlurmStepsOptions
 from .placement import apply_probe, run_probe
 from .script import drop_option, job_argv
+from .warm import STOP_GRACE_S, WarmHandle, WarmStarts, trial_module
 
 RDZV_PORT_BASE = 29500
 
@@ -70,55 +72,6 @@ def cpus_per_node(spec: str, nodes: int) -> list[int]:
     if len(out) != nodes:
         raise SlurmError(f"SLURM_JOB_CPUS_PER_NODE {spec!r} does not match the allocation's {nodes} node(s)")
     return out
-
-
-class StepHandle(TrialHandle):
-    """One attempt = one job step: the `srun` process that runs it."""
-
-    def __init__(self, spec: LaunchSpec, slot: Slot, proc: subprocess.Popen[bytes], name: str, job_id: str) -> None:
-        self.spec, self.slot, self.proc, self.name, self.job_id = spec, slot, proc, name, job_id
-        self._cancelled = False
-
-    def poll(self) -> int | None:
-        rc = self.proc.poll()
-        if self._cancelled:
-            return CANCELLED_STATUS
-        return rc
-
-    def cancel(self) -> None:
-        """SIGTERM to srun cancels the step (SLURM kills its tasks on every node). Over at once for
-        poll(), without waiting for srun: the backend's shutdown waits for every srun together."""
-        if self._cancelled or self.proc.poll() is not None:
-            return
-        self._cancelled = True
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-
-    def wait_exit(self, deadline: float) -> bool:
-        """Wait for srun until `deadline` (time.monotonic()); SIGKILL it if it is still there then.
-        False when it had to be killed."""
-        try:
-            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            return True
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return False
-
-    def describe_failure(self) -> str:
-        rc = self.poll()
-        if rc in (None, 0):
-            return ""
-        what = "cancelled by the runner" if self._cancelled else f"exit status {rc}"
-        return f"{what} [SLURM job {self.job_id}, step {self.name}]"
-
-    def lost_node(self) -> str | None:
-        """A node of the step that SLURM reports down: the step ended with it (srun waits until
-        SLURM declares the node down, and may then exit 0), and steps placed there fail at once."""
-        if self._cancelled or self.proc.poll() is None:
-            return None
-        down = failed_nodes(self.slot.nodes)
-        return down[0] if down else None
 
 
 class SlurmStepsBackend(Backend):
@@ -149,9 +102,28 @@ class SlurmStepsBackend(Backend):
         self.launcher = Launcher.from_options(self.run_dir, self.options)
         self._slots: list[Slot] | None = None
         self._addr: dict[str, str] = {}
-        self._live: dict[str, StepHandle] = {}
+        self._live: dict[str, StepHandle | WarmHandle] = {}
         self._watch = FileWatch(ended=lambda h: h.poll() is not None)
         self._lost: set[int] = set()  # slots on nodes the run stopped using (exclude_node)
+        self.warm = WarmStarts(self.run_dir.resolve(), self.job_id, self.run_dir / "local") \
+            if self.options.warm_start else None
+
+    @property
+    def zygote_note(self) -> str:
+        """Why some attempts start cold when warm starts were asked for (printed by the run)."""
+        return "; ".join(self.warm.notes) if self.warm is not None else ""
+
+    def prepare(self, trial_argv: tuple[str, ...]) -> None:
+        """With `warm_start`: a zygote step on each node of the one-node slots, ready before the clock."""
+        module = trial_module(trial_argv)
+        if self.warm is None or self.warm.zygotes:
+            return
+        if module is None or self.nodes_per_slot != 1:
+            self.warm.notes.append("warm starts need one-node slots and a `python -m MODULE` trial program")
+            return
+        nodes = list(dict.fromkeys(s.nodes[0] for s in self.slots()))
+        self.warm.start(nodes, ["srun"], self._prefix(), self.launcher.trial_python or sys.executable, module,
+                        {**os.environ, **self.launcher.env()}, self.gpus_per_node)
 
     def slots(self) -> list[Slot]:
         if self._slots is None:
@@ -212,9 +184,7 @@ class SlurmStepsBackend(Backend):
                 f"--job-name={self.step_name(spec)}", "--kill-on-bad-exit=1", "--mem=0"]
         if self.gpus_per_node:
             srun.append(f"--gres=gpu:{self.gpus_per_node}")
-        prefix = list(self.launcher.wrap)
-        if self.launcher.prologue:
-            prefix = ["bash", "-c", f'source ./{self.launcher.prologue} && exec "$@"', "aiperf-prologue", *prefix]
+        prefix = self._prefix()
         if argv[0] == sys.executable:
             argv = [python, *argv[1:]]
         if k == 1 or len(argv) < 3 or argv[1] != "-m":
@@ -225,14 +195,30 @@ class SlurmStepsBackend(Backend):
                 f"--rdzv-endpoint={self.rdzv_addr(slot.nodes[0])}:{port}",
                 f"--rdzv-id={self.job_id}.{spec.trial_id}.{spec.attempt}", *drop_option(argv[1:], "--nproc")]
 
+    def _prefix(self) -> list[str]:
+        """What every step runs its program under: the site's prologue, sourced, and its wrapper."""
+        prefix = list(self.launcher.wrap)
+        if self.launcher.prologue:
+            prefix = ["bash", "-c", f'source ./{self.launcher.prologue} && exec "$@"', "aiperf-prologue", *prefix]
+        return prefix
+
+    def _share(self, slot: Slot) -> tuple[int, int]:
+        """The slot's share of its node's cores: (its place among the slots on the node, their number)."""
+        sharing = [s.index for s in self.slots() if s.nodes == slot.nodes]
+        return sharing.index(slot.index), len(sharing)
+
     def step_name(self, spec: LaunchSpec) -> str:
         return f"{JOB_PREFIX}.{self.job_id}.{spec.trial_id}.{spec.attempt}"
 
-    def launch(self, spec: LaunchSpec, slot: Slot) -> StepHandle:
+    def launch(self, spec: LaunchSpec, slot: Slot) -> StepHandle | WarmHandle:
         spec.trial_dir.mkdir(parents=True, exist_ok=True)
+        own = {**spec.env, "AIPERF_PYTHON": sys.executable, **self.launcher.env(), "AIPERF_TRIAL": spec.trial_id,
+               "AIPERF_ATTEMPT": str(spec.attempt), "AIPERF_NODES": ",".join(slot.nodes)}
+        warm = self._launch_warm(spec, slot, own) if self.warm is not None else None
+        if warm is not None:
+            return warm
         argv = self.step_argv(spec, slot)
-        env = {**os.environ, **spec.env, "AIPERF_PYTHON": sys.executable, **self.launcher.env(),
-               "AIPERF_TRIAL": spec.trial_id, "AIPERF_ATTEMPT": str(spec.attempt), "AIPERF_NODES": ",".join(slot.nodes)}
+        env = {**os.environ, **own}
         (spec.trial_dir / f"slurm-{spec.attempt}.step").write_text(f"{self.job_id} {self.step_name(spec)}\n")
         out: IO[bytes]
         with open(spec.stdout, "ab") as out, open(spec.stderr, "ab") as err:
@@ -244,6 +230,21 @@ class SlurmStepsBackend(Backend):
         handle = StepHandle(spec, slot, proc, self.step_name(spec), self.job_id)
         self._live[handle.name] = handle
         self._watch.add(handle, [spec.trial_dir / EVENTS])
+        return handle
+
+    def _launch_warm(self, spec: LaunchSpec, slot: Slot, env: dict[str, str]) -> WarmHandle | None:
+        """The attempt forked by its node's zygote (the step's environment, `env` over it); None: start cold."""
+        assert self.warm is not None
+        argv = job_argv(spec.argv, self.run_dir)
+        if len(slot.nodes) != 1 or trial_module(argv) is None:
+            return None
+        with open(spec.stdout, "ab") as out:
+            out.write(f"aiperf: trial {spec.trial_id} attempt {spec.attempt}: forked by the warm-start step of "
+                      f"SLURM job {self.job_id} on {slot.nodes[0]}\n".encode())
+        handle = self.warm.spawn(spec, slot, argv, env, self._share(slot), self.step_name(spec))
+        if handle is not None:
+            self._live[handle.name] = handle
+            self._watch.add(handle, [spec.trial_dir / EVENTS])
         return handle
 
     def wait_changed(self, timeout: float) -> set[TrialHandle] | None:
@@ -276,11 +277,15 @@ class SlurmStepsBackend(Backend):
         running = [h for h in self._live.values() if h.proc.poll() is None]
         for handle in running:
             handle.cancel()
+        zygotes = f"{JOB_PREFIX}.{self.job_id}.zygote."  # their steps end after their attempts, below
         with contextlib.suppress(SlurmError):
-            scancel(self._steps())
+            scancel({i: n for i, n in self._steps().items() if not n.startswith(zygotes)})
         deadline = time.monotonic() + self.stop_wait_s
-        killed = [h for h in running if not h.wait_exit(deadline)]
-        if killed:  # their steps may outlive a killed srun
+        warm_deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
+        killed = [h for h in running if not h.wait_exit(warm_deadline if isinstance(h, WarmHandle) else deadline)]
+        if self.warm is not None:
+            self.warm.close()
+        if killed or self.warm is not None:  # steps may outlive a killed srun; a zygote's, its stdin closed
             with contextlib.suppress(SlurmError):
                 scancel(self._steps())
         self._live.clear()
