@@ -9,7 +9,7 @@ trials' `aiperf-timing` lines (rundir/timings.py) from their stdout.log. Two arm
   async   the default: the loop waits for a copy of the state in CPU memory; a thread writes it and
           then logs the epoch (train/ckptwriter.py): after
 
-Printed per arm: launch -> first training step (median over attempts, and its parts: the launch to
+Printed per arm: the score (median of its runs, as `verify` computes it), launch -> first training step (median over attempts, and its parts: the launch to
 the trial process, the process to model and data built, to the first step done), and per epoch the
 mean training, validation and checkpoint seconds (checkpoint: what the training loop waited,
 the end-of-trial wait for the last write spread over the trial's epochs), the share of an epoch
@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "runner"))
 
 from aiperf_runner.rundir import timings  # noqa: E402
+from aiperf_runner.spec.verify import verify  # noqa: E402
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 SLURM_OPTS = ("--backend-opt", "exclusive=false")
@@ -65,6 +66,7 @@ class Arm:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     ends: list[dict[str, Any]] = field(default_factory=list)
     runs: int = 0
+    scores: list[float] = field(default_factory=list)  # each run's score (GFLOP/s), as `verify` computes it
 
 
 def run_once(arm: Arm, args: argparse.Namespace, backend: str, env: dict[str, str]) -> bool:
@@ -82,6 +84,7 @@ def run_once(arm: Arm, args: argparse.Namespace, backend: str, env: dict[str, st
         print(f"  {arm.name}: the run failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
         return False
+    arm.scores.append(verify(run_dir)["score_ops"] / 1e9)
     for out in sorted(run_dir.glob("trials/*/stdout.log")):
         for fact in timings.read(out):
             {"start": arm.starts, "epoch": arm.epochs, "end": arm.ends}.get(fact.get("kind"), []).append(fact)
@@ -109,7 +112,7 @@ def figures(arm: Arm) -> dict[str, float]:
     train = _mean([f["train_s"] for f in e])
     val = _mean([f["val_s"] for f in e])
     ckpt = (sum(f["checkpoint_s"] for f in e) + end_wait) / n_epochs
-    return {"attempts": len(s), "epochs": len(e), "startup_s": _median([f["startup_s"] for f in s]),
+    return {"score": _median(arm.scores), "attempts": len(s), "epochs": len(e), "startup_s": _median([f["startup_s"] for f in s]),
             "to_process_s": _median([f["process_at"] - f["launched_at"] for f in parts]),
             "to_ready_s": _median([f["ready_at"] - f["process_at"] for f in parts]),
             "first_step_s": _median([f["first_step_at"] - f["ready_at"] for f in parts]),
@@ -118,7 +121,7 @@ def figures(arm: Arm) -> dict[str, float]:
             "val_share": val / (train + val + ckpt), "checkpoint_share": ckpt / (train + val + ckpt)}
 
 
-ROWS = (("attempts", "attempts", "{:.0f}"), ("epochs", "epochs", "{:.0f}"),
+ROWS = (("score", "score (GFLOP/s, median of the runs)", "{:.3f}"), ("attempts", "attempts", "{:.0f}"), ("epochs", "epochs", "{:.0f}"),
         ("startup_s", "launch -> first step (s, median)", "{:.3f}"),
         ("to_process_s", "  launch -> trial process", "{:.3f}"),
         ("to_ready_s", "  process -> model, data built", "{:.3f}"),
@@ -149,7 +152,7 @@ def report(title: str, arms: list[Arm]) -> None:
         cold, warm = figs["steps-cold"], figs["steps-warm"]
         print(f"  steps cold / warm (a job step per attempt / forked by the node's zygote step): launch -> first "
               f"step {cold['startup_s'] / warm['startup_s']:.2f}x, launch -> trial process "
-              f"{cold['to_process_s'] / warm['to_process_s']:.2f}x")
+              f"{cold['to_process_s'] / warm['to_process_s']:.2f}x; score warm / cold {warm['score'] / cold['score']:.2f}x")
 
 
 def measure(title: str, arms: list[Arm], args: argparse.Namespace, backend: str, env: dict[str, str]) -> bool:
