@@ -9,8 +9,9 @@ trials' `aiperf-timing` lines (rundir/timings.py) from their stdout.log. Two arm
   async   the default: the loop waits for a copy of the state in CPU memory; a thread writes it and
           then logs the epoch (train/ckptwriter.py): after
 
-Printed per arm: the score (median of its runs, as `verify` computes it), launch -> first training step (median over attempts, and its parts: the launch to
-the trial process, the process to model and data built, to the first step done), and per epoch the
+Printed per arm: the score (median of its runs, as `verify` computes it), launch -> first training step
+(median over attempts, and its parts: the launch to the trial process, the process to model and data
+built, to the first step done), and per epoch the
 mean training, validation and checkpoint seconds (checkpoint: what the training loop waited,
 the end-of-trial wait for the last write spread over the trial's epochs), the share of an epoch
 lost to validation and to checkpoints, and the write's own seconds (in the thread when async).
