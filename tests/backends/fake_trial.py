@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None, cancel: threading.Event | None = None) -
                  "var": os.environ.get("FAKE_TRIAL_VAR"), "torch_loaded": "torch" in sys.modules,
                  "threads": len(os.listdir("/proc/self/task")), "cpu_set": os.environ.get("AIPERF_CPU_SET"),
                  "inherited": os.environ.get("FAKE_INHERITED"),
-                 "slurm_step": os.environ.get("SLURM_STEP_ID")}
+                 "slurm_step": os.environ.get("SLURM_STEP_ID"),
+                 "affinity": sorted(os.sched_getaffinity(0))}
         (out_dir / "facts.json").write_text(json.dumps(facts))
         return 0
     if mode == "exit":

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from aiperf_runner.backends.zygote import ZYGOTE_LOST_RC, Zygote
+from aiperf_runner.util.cpubind import format_cpulist
 
 from tests.backends.test_conformance import wait_for
 
@@ -50,13 +51,16 @@ def test_a_request_keeps_the_zygotes_environment_and_takes_its_share_of_cores(zy
     facts = json.loads((out / "facts.json").read_text())
     assert facts["inherited"] == "from the step" and facts["var"] == "mine"
     if len(os.sched_getaffinity(0)) > 1:  # one of two shares of this machine's cores, never all of them
-        assert facts["cpu_set"] and set(facts["cpu_set"].split(",")) < {str(c) for c in os.sched_getaffinity(0)}
+        assert facts["cpu_set"] and set(facts["affinity"]) < os.sched_getaffinity(0)
+        assert facts["cpu_set"] == format_cpulist(facts["affinity"])  # bound, as srun would bind a step
+    assert (tmp_path / "e").read_text() == ""  # nothing on stderr (runpy's warning about the preloaded module)
     plain = tmp_path / "plain"
     child = zygote.spawn((*FAKE, "facts", str(plain)), {"PYTHONPATH": os.getcwd()}, os.getcwd(), tmp_path / "o",
                          tmp_path / "e")
     assert child.wait(timeout=60) == 0
     facts = json.loads((plain / "facts.json").read_text())
     assert facts["inherited"] is None and facts["cpu_set"] is None  # the request's environment only
+    assert set(facts["affinity"]) == os.sched_getaffinity(0)
 
 
 def test_a_child_is_signalled_through_its_zygote_with_its_whole_tree(zygote, tmp_path: Path) -> None:

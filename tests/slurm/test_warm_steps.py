@@ -25,6 +25,8 @@ backend.prepare((sys.executable, "-m", "tests.backends.fake_trial"))
 zygote_steps = sorted(backend._steps().values())
 facts = spec_for(backend, "t0000", "facts", env={"FAKE_TRIAL_VAR": "x"})
 rc_facts = wait_done(backend.launch(facts, backend.slots()[0]), timeout=60)
+other = spec_for(backend, "t0004", "facts")
+assert wait_done(backend.launch(other, backend.slots()[1]), timeout=60) == 0
 failing = backend.launch(spec_for(backend, "t0001", "fail"), backend.slots()[0])
 rc_fail = wait_done(failing, timeout=60)
 sleeping = [spec_for(backend, f"t000{i}", "sleep") for i in (2, 3)]
@@ -43,6 +45,7 @@ print("WARM", json.dumps({"zygote_steps": zygote_steps, "during": during, "rc_fa
                           "fail": failing.describe_failure(), "cancelled": cancelled, "seconds": seconds,
                           "polls": [h.poll() for h in handles], "alive": alive, "left": len(backend._steps()),
                           "facts": json.loads((facts.trial_dir / "out" / "facts.json").read_text()),
+                          "other": json.loads((other.trial_dir / "out" / "facts.json").read_text()),
                           "stdout": facts.stdout.read_text(), "note": backend.zygote_note}))
 """
 
@@ -63,7 +66,8 @@ def test_attempts_are_forked_by_the_nodes_zygote_step(one_node: Path, tmp_path: 
     facts = got["facts"]
     assert facts["var"] == "x" and facts["slurm_step"] is not None and facts["stdin"] == "/dev/null", facts
     assert facts["sid"] == facts["pid"] and facts["name"] == "__main__"
-    assert facts["cpu_set"], facts  # its slot's share of the node's two CPUs
+    assert facts["cpu_set"], facts  # its slot's share of the node's two CPUs, bound to it
+    assert facts["affinity"] and not set(facts["affinity"]) & set(got["other"]["affinity"]), (facts, got["other"])
     assert got["cancelled"] == -15 and got["polls"] == [-15, -15], got
     assert got["alive"] == [] and got["left"] == 0, got  # the attempts' trees and the zygote's step: all gone
     assert got["seconds"] < 30, got

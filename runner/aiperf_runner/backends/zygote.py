@@ -318,7 +318,11 @@ def _child(request: dict[str, Any], wakeup_fds: Sequence[int]) -> None:
         argv = list(request["argv"])
         sys.argv = ["-m", *argv[3:]]
         import runpy
+        import warnings
 
+        # The module was preloaded on purpose: runpy's warning about it would open every attempt's stderr.
+        warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package",
+                                category=RuntimeWarning)
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
@@ -336,12 +340,17 @@ def _child(request: dict[str, Any], wakeup_fds: Sequence[int]) -> None:
 
 
 def _take_cpu_share(index: int, count: int) -> None:
-    """This child's share of the zygote's cores, as the trial program binds itself (util/cpubind.py)."""
+    """This child's share of the zygote's cores, as srun's binding would give a step of its own: its affinity,
+    AIPERF_CPU_SET (util/cpubind.py) and SLURM_CPUS_ON_NODE, which the trial programs size their threads by (two
+    attempts each sizing for the whole node spun their OpenMP threads against each other: over 6x slower)."""
     from aiperf_runner.util.cpubind import CPU_SET_ENV, core_groups, format_cpulist, share
 
     cpus = share(core_groups(os.sched_getaffinity(0)), index, count) if count > 1 else []
     if cpus:
+        os.sched_setaffinity(0, cpus)
         os.environ[CPU_SET_ENV] = format_cpulist(cpus)
+        if "SLURM_CPUS_ON_NODE" in os.environ:
+            os.environ["SLURM_CPUS_ON_NODE"] = str(len(cpus))
 
 
 def _kill_children() -> None:

@@ -6,8 +6,8 @@ imports.
 The zygote's step is `srun --overlap` on its node with all of the node's memory (and the node's GPUs when
 `gpus_per_node` is set), under the site's prologue and wrapper like every trial's step; srun carries the
 zygote's protocol over its stdin and stdout. An attempt forked there has the step's environment with the
-attempt's own laid over it, and its slot's share of the node's cores (slots that share a node split them, as
-the cold steps' `--cpus-per-task` does). The controller signals attempts through their zygote; when the
+attempt's own laid over it, and is bound to its slot's share of the node's cores (slots that share a node split
+them, as the cold steps' `--cpus-per-task` does). The controller signals attempts through their zygote; when the
 controller is gone the zygote kills them and ends (`--kill-on-eof`), and so does its step.
 
 A node whose zygote is not ready within `READY_TIMEOUT_S`, or stops answering, goes back to a cold step per
