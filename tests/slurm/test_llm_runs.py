@@ -1,18 +1,39 @@
 """`aiperf-runner run --workload llm --backend slurm` on the one-node cluster: every LLM trial attempt is a SLURM
 job (the ids the backend records, as sacct lists them), trials finish, run.json records the backend as an image
-run does, nothing of the run is left in the queue, and `verify` passes the run's integrity with the LLM checks."""
+run does, nothing of the run is left in the queue, and `verify` passes the run's integrity with the LLM checks.
+
+The run is stopped with SIGTERM (a scheduler's stop: the log closed in order) once a trial has finished and the
+next one has started, not at a fixed duration: with the other test stream beside it, a 40-s run once finished
+no trial."""
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import queue, read_events, require_accounting, run_tag, run_to_end, sacct, verify_ok
+from tests.slurm.cluster import (
+    finish,
+    queue,
+    read_events,
+    require_accounting,
+    run_tag,
+    sacct,
+    start_run,
+    verify_ok,
+    wait_until,
+)
 
 pytest.importorskip("torch")
-LLM_S = 40  # the run's duration: a seed trial and its first children (about 8 s each on one core)
+LLM_MAX_S = 300  # the run's duration, never reached: a seed trial takes about 8 s on one core
+
+
+def _after_a_finished_trial(run_dir: Path) -> bool:
+    """A trial has finished and a later one has started (no launch is in flight for the one slot)."""
+    kinds = [e["type"] for e in read_events(run_dir)]
+    return "trial_finished" in kinds and "trial_started" in kinds[kinds.index("trial_finished"):]
 
 
 def _jobs(run_dir: Path) -> dict[tuple[str, int], str]:
@@ -24,9 +45,12 @@ def _jobs(run_dir: Path) -> dict[tuple[str, int], str]:
 def test_an_llm_run_with_slurm_runs_its_trials_as_jobs_and_verifies(one_node: Path, tmp_path: Path) -> None:
     require_accounting(one_node)
     run_dir = tmp_path / "run"
-    out = run_to_end(one_node, run_dir, "--workload", "llm", "--preset", "llm-smoke", "--slots", "1",
-                     "--devices-per-slot", "1", "--duration", f"{LLM_S}s", timeout=LLM_S + 120)
-    assert "backend slurm" in out and "finished (duration)" in out, out[-2000:]
+    proc = start_run(one_node, run_dir, "--workload", "llm", "--preset", "llm-smoke", "--slots", "1",
+                     "--devices-per-slot", "1", "--duration", f"{LLM_MAX_S}s")
+    wait_until(lambda: _after_a_finished_trial(run_dir), LLM_MAX_S - 60, "a finished trial", proc)
+    proc.send_signal(signal.SIGTERM)
+    out = finish(proc, 120)
+    assert "backend slurm" in out and "finished (stopped)" in out, out[-2000:]
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["backend"] == "slurm" and run_json["system"]["slurm"]["partition"]
     assert (run_json["slots"], run_json["devices_per_slot"]) == (1, 1)

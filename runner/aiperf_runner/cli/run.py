@@ -26,6 +26,7 @@ TRIAL_MODULE = "aiperf_runner.train.trial"  # the image trial program; an LLM ru
 if TYPE_CHECKING:
     from aiperf_runner.client.service import Service
     from aiperf_runner.run.controller import Controller, RunConfig
+    from aiperf_runner.run.llmrun import LlmRun
 
 
 def run(
@@ -249,7 +250,7 @@ def _registration(system: str | None, offline: bool, server: str | None,
 
 
 @contextmanager
-def _stop_on_signals(controller: Controller) -> Iterator[None]:
+def _stop_on_signals(controller: Controller | LlmRun) -> Iterator[None]:
     """Ctrl-C or SIGTERM asks the controller to stop (it closes the log in order); a second Ctrl-C interrupts."""
     stops = 0
 
@@ -339,12 +340,9 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
     typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']}: preset {config.preset}, {config.slots} slot(s) of "
                f"{config.devices_per_slot} process(es), {config.duration_s:.0f} s, backend {config.backend}, "
                f"in {run_dir}")
-    # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: trials stopped, the log closed
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
+    # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: trials stopped, the log closed in order
+    with _stop_on_signals(llm):
         reason = llm.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     done = summary(run_dir)
     best = f"{done['best_loss']:.4f}" if done["best_loss"] is not None else "-"
     typer.echo(f"finished ({reason}): {done['trials_finished']} trials, {done['tokens']:,} tokens, "
