@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# The serial phase of `make test` (tests/conftest.py): by default its two streams at once, each one test at a
-# time: the cluster stream (tests/slurm, tests/web, tests/train, the runner's container) mostly waits on SLURM and
-# Docker (half a core busy on average, measured), the stack stream (the service stacks, the real runs) keeps both
-# cores busy. Measured in a whole CI run on 2 cores: the stack stream 1,900 s and the cluster stream 1,523 s at
-# once, where one stream takes 2,830 s. The tests whose runs are bounded in time end on what they need, not on
-# the clock (the llm_run fixture on a finished child, the skipped-work attack on a kept segment), so that this
-# load does not starve them. SERIAL_STREAMS=1 runs every test one at a time. The cluster stream's output is kept
-# in a file and printed when both have ended. Arguments go to pytest.
+# The serial phase of `make test` (tests/conftest.py): by default every test one at a time. SERIAL_STREAMS=2 runs
+# its two streams at once, each one test at a time: the cluster stream (tests/slurm, tests/web, tests/train, the
+# runner's container) mostly waits on SLURM and Docker (half a core busy on average, measured), the stack stream
+# (the service stacks, the real runs) keeps both cores busy. Measured in whole CI runs on 2 cores: the two
+# streams ended after 1,692 s together, where one stream takes 2,830 s. The tests whose runs starved under that
+# load now end on what they need, not on the clock (the llm_run fixture on a finished child, the skipped-work
+# attack on a kept segment, the SLURM AIPerf-LLM run on a finished trial), but of three whole runs with two
+# streams only the first passed: the others failed the skipped-work attack (its run verified) and the
+# --rdzv-iface test (srun's lines in another order). So it is not the default yet. The cluster stream's output
+# is kept in a file and printed when both have ended. Arguments go to pytest.
 #
-#   scripts/test-streams.sh [pytest args]      SERIAL_STREAMS=2 (default) or 1
+#   scripts/test-streams.sh [pytest args]      SERIAL_STREAMS=1 (default) or 2
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }  # 5: nothing selected
 
-if [ "${SERIAL_STREAMS:-2}" != 2 ]; then
+if [ "${SERIAL_STREAMS:-1}" != 2 ]; then
     AIPERF_TEST_PHASE=serial "$py" -m pytest "$@"
     rc=$?
     passed "$rc"
