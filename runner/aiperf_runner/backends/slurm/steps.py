@@ -115,9 +115,9 @@ class SlurmStepsBackend(Backend):
 
     def prepare(self, trial_argv: tuple[str, ...]) -> None:
         """With `warm_start`: a zygote step on each node of the one-node slots, ready before the clock."""
-        module = trial_module(trial_argv)
         if self.warm is None or self.warm.zygotes:
             return
+        module = trial_module(trial_argv)
         if module is None or self.nodes_per_slot != 1:
             self.warm.notes.append("warm starts need one-node slots and a `python -m MODULE` trial program")
             return
@@ -236,8 +236,8 @@ class SlurmStepsBackend(Backend):
         """The attempt forked by its node's zygote (the step's environment, `env` over it); None: start cold."""
         assert self.warm is not None
         argv = job_argv(spec.argv, self.run_dir)
-        if len(slot.nodes) != 1 or trial_module(argv) is None:
-            return None
+        if len(slot.nodes) != 1 or slot.nodes[0] not in self.warm.zygotes or trial_module(argv) is None:
+            return None  # before the banner: a cold step writes its own
         with open(spec.stdout, "ab") as out:
             out.write(f"aiperf: trial {spec.trial_id} attempt {spec.attempt}: forked by the warm-start step of "
                       f"SLURM job {self.job_id} on {slot.nodes[0]}\n".encode())

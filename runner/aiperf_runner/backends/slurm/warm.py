@@ -84,7 +84,7 @@ class WarmStarts:
         """The attempt forked on its slot's node; None where it must start cold (and the node from now on)."""
         node = slot.nodes[0]
         zygote = self.zygotes.get(node)
-        if zygote is None or len(slot.nodes) != 1:
+        if zygote is None:
             return None
         try:
             child = zygote.spawn(argv, env, self.run_dir, Path(os.path.abspath(spec.stdout)),
