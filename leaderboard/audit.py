@@ -339,8 +339,7 @@ def run(submission_id: int, *, again: bool = False) -> str:
               for c in checks if not c["passed"]]
     if failed:
         reasons: list[Reason] = [{"check": c["name"], "message": c["message"]} for c in failed]
-        _set(result, A.FAILED, report)
-        _reject(sub, reasons)
+        _fail(sub, result, report, reasons)
         return A.FAILED
     _set(result, A.PASSED, report)
     return A.PASSED
@@ -451,13 +450,17 @@ def _set(result: Result, state: str, report: dict[str, Any]) -> None:
         translog.record(result, "audited", reason=str(report.get("message") or ""))
 
 
-def _reject(sub: Submission, reasons: list[Reason]) -> None:
-    """A failed audit rejects the result, as a failed verification would (no result rows, the reasons kept)."""
+def _fail(sub: Submission, result: Result, report: dict[str, Any], reasons: list[Reason]) -> None:
+    """A failed audit rejects the result, as a failed verification would (no result rows, the reasons kept). The
+    audit's verdict and the rejection are one transaction: a site polling its submission never reads a failed
+    audit on a submission still `verified` (its `submit` took that for the final word)."""
     token = pipeline.claim(sub.pk, reverify=True)
+    with transaction.atomic():
+        _set(result, A.FAILED, report)
+        if token is not None:
+            pipeline._store_rejection(sub, token, reasons)
     if token is None:
         log.warning("submission %s: audit failed but the submission is claimed; the sweep will retry", sub.pk)
-        return
-    pipeline._store_rejection(sub, token, reasons)
 
 
 def expire() -> list[int]:

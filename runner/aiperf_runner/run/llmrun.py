@@ -209,9 +209,13 @@ class LlmRun:
         deadline = self.started_at + self.config.duration_s  # counted from the run's start, across resumes
         reason, error = "duration", None
         try:
-            while time.time() < deadline:
+            while True:
+                # A requested stop comes first, as in the image controller: a resumed run asked to stop says
+                # so, even when its duration ran out while it was down.
                 if self.stop_reason is not None:
                     reason = self.stop_reason
+                    break
+                if time.time() >= deadline:
                     break
                 self._poll()
                 self._launched()
