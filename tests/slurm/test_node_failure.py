@@ -4,7 +4,10 @@ On the two-node cluster, n2 "dies" while a trial's step runs there: its slurmd a
 processes are killed (SIGKILL). SLURM declares the node down after its SlurmdTimeout (10 s on the
 test cluster); the step's srun ends then, the attempt fails without its result, the controller sees
 the node down (`TrialHandle.lost_node`), logs `slot_lost` for n2's slot, retries the trial on n1, and
-the run finishes on n1 and verifies. About a minute, most of it SLURM noticing the node is gone.
+the run finishes on n1 and verifies. With warm starts (`warm_start=true`) the attempt on n2 is a child of n2's
+zygote step, killed with it: the zygote's srun ends the same way, the attempt fails as "its node's warm-start
+process ended under it", and the retry is forked by n1's zygote. About a minute each, most of it SLURM noticing
+the node is gone.
 """
 
 from __future__ import annotations
@@ -13,11 +16,26 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
-from tests.slurm.cluster import RUNNER, env_for, read_events, slurm, wait_until
+from tests.slurm.cluster import RUNNER, env_for, read_events, slurm, start_two_node, stop_two_node, wait_until
 from tests.slurm.test_two_node import pseudonyms
+
+
+@pytest.fixture
+def two_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A two-node cluster of each test's own (8 s to start): the test kills n2, which stays down."""
+    stop_two_node()
+    conf = start_two_node()
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    try:
+        yield conf
+    finally:
+        stop_two_node()
 
 
 def _descendants(pid: int) -> list[int]:
@@ -46,20 +64,25 @@ def kill_node(conf: Path, node: str) -> list[str]:
     return steps
 
 
-def test_a_node_killed_mid_run_loses_its_slot_and_the_run_goes_on(two_node: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_node_killed_mid_run_loses_its_slot_and_the_run_goes_on(two_node: Path, tmp_path: Path, warm: bool) -> None:
     run_dir = tmp_path / "run"
     env = env_for(two_node, FAKE_EPOCH_S="1", AIPERF_CONFIG_DIR=str(tmp_path / "config"))
     proc = subprocess.Popen(["salloc", "--nodes=2", "--no-kill", "--time=5", *RUNNER, "run",
                              "--backend", "slurm-steps", "--preset", "smoke", "--duration", "75s",
-                             "--backend-opt", "probe=false", "--progress", "plain", "--out", str(run_dir),
-                             "--trial-module", "tests.runner.fake_trial"],
+                             "--backend-opt", "probe=false", "--backend-opt", f"warm_start={str(warm).lower()}",
+                             "--progress", "plain", "--out", str(run_dir), "--trial-module", "tests.runner.fake_trial"],
                             env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         def running_on_n2() -> list[dict]:
+            """Attempts started on n2 and not ended, while a step runs there (warm: n2's zygote, always)."""
             if not (run_dir / "local").exists():
                 return []
             (n2,) = pseudonyms(run_dir, "n2")
-            started = [e for e in read_events(run_dir) if e["type"] == "trial_started" and e["nodes"] == [n2]]
+            events = read_events(run_dir)
+            ended = {(e["trial"], e["attempt"]) for e in events if e["type"] in ("trial_finished", "trial_failed")}
+            started = [e for e in events if e["type"] == "trial_started" and e["nodes"] == [n2]
+                       and (e["trial"], e["attempt"]) not in ended]
             return started if started and any(line.endswith("|n2") for line in slurm(
                 two_node, "squeue", "-h", "-s", "-o", "%i|%N").splitlines()) else []
 
@@ -86,6 +109,11 @@ def test_a_node_killed_mid_run_loses_its_slot_and_the_run_goes_on(two_node: Path
     assert after and all(e["nodes"] == [n1] for e in after), after
     assert any(e["type"] == "trial_finished" and e["seq"] > lost["seq"] for e in events)
     assert victim["trial"] in {e["trial"] for e in failed}
+    if warm:  # the attempt died with n2's zygote; n1's zygote forked the retry
+        victim_failed = [e for e in failed if e["trial"] == victim["trial"]]
+        assert any("warm-start process (zygote) ended under it" in e["error"] for e in victim_failed), victim_failed
+        retry_out = (run_dir / "trials" / retried[0] / "stdout.log").read_text()
+        assert f"attempt {retried[1]}: forked by the warm-start step" in retry_out, retry_out[-2000:]
 
     report = subprocess.run([*RUNNER, "verify", str(run_dir), "--json"], env=env, capture_output=True, text=True,
                             timeout=120)
