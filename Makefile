@@ -20,11 +20,11 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # Two phases (tests/conftest.py): the tests that start no service and run nothing long on TEST_WORKERS
-# pytest-xdist workers, then the rest one at a time (scripts/test-streams.sh; SERIAL_STREAMS=2 runs the SLURM
-# clusters, the browser, the container build and tests/train beside the service stacks: faster, but not yet
-# reliable on two cores, see the script). Exit status 5 (no test selected) is a phase with nothing to do.
+# pytest-xdist workers, then the rest one at a time in each of two streams run at once (scripts/test-streams.sh:
+# the SLURM clusters, the browser, the container build and tests/train beside the service stacks; SERIAL_STREAMS=1
+# runs them one after the other). Exit status 5 (no test selected) is a phase with nothing to do.
 TEST_WORKERS ?= 2
-SERIAL_STREAMS ?= 1
+SERIAL_STREAMS ?= 2
 test: $(STAMP)
 	AIPERF_TEST_PHASE=parallel $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	PYTHON=$(BIN)/python SERIAL_STREAMS=$(SERIAL_STREAMS) bash scripts/test-streams.sh $(PYTEST_ARGS)
