@@ -20,8 +20,8 @@ REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 # `make test` runs the suite in two phases (AIPERF_TEST_PHASE): `parallel`, the tests that start no service and
 # run nothing long, on pytest-xdist's workers; `serial`, the rest, one at a time in each stream (the stack, the
 # SLURM clusters and the real runs share this machine's cores and ports). Unset: every test.
-# AIPERF_TEST_STREAM narrows the serial phase to one of two streams that scripts/test-streams.sh can run at once
-# (SERIAL_STREAMS=2): the SLURM tests, the browser, the container build and tests/train (half a core busy on
+# AIPERF_TEST_STREAM narrows the serial phase to one of two streams that scripts/test-streams.sh runs at once
+# (unless SERIAL_STREAMS=1): the SLURM tests, the browser, the container build and tests/train (half a core busy on
 # average, measured), and the service stacks and real runs (both cores).
 SERIAL_DIRS = ("slurm",)
 STREAMS = ("cluster", "stack")

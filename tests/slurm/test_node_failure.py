@@ -27,11 +27,10 @@ from tests.slurm.test_two_node import pseudonyms
 
 
 @pytest.fixture
-def two_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A two-node cluster of each test's own (8 s to start): the test kills n2, which stays down."""
-    stop_two_node()
+def two_node_cluster() -> Iterator[Path]:
+    """The conftest's cluster, started for each test here (8 s), not once for the module: the test kills n2,
+    which stays down."""
     conf = start_two_node()
-    monkeypatch.setenv("SLURM_CONF", str(conf))
     try:
         yield conf
     finally:
