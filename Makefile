@@ -21,8 +21,8 @@ demo: $(STAMP)
 
 # Two phases (tests/conftest.py): the tests that start no service and run nothing long on TEST_WORKERS
 # pytest-xdist workers, then the rest one at a time in each of two streams run at once (scripts/test-streams.sh:
-# the SLURM clusters, the browser, the container build and tests/train beside the service stacks; SERIAL_STREAMS=1
-# runs them one after the other). Exit status 5 (no test selected) is a phase with nothing to do.
+# the SLURM clusters, the browser, the container build, the compose deployment and tests/train beside the service
+# stacks; SERIAL_STREAMS=1 runs them one after the other). Exit status 5 (no test selected) is a phase with nothing to do.
 TEST_WORKERS ?= 2
 SERIAL_STREAMS ?= 2
 test: $(STAMP)

@@ -3,7 +3,7 @@
 # run submitted to it from the host, verified by its worker and ranked, the ranking still there after
 # the stack is restarted; then everything it made is removed.
 #
-#   scripts/compose-check.sh            (.ci/run runs it after `make test`)
+#   scripts/compose-check.sh            (`make test` runs it: tests/service/test_compose_deploy.py)
 #
 # 1. dockerd and the local Debian base image (scripts/docker-base.sh start: no registry pulls here);
 #    PostgreSQL and Redis images from docker/postgres and docker/redis, the service image from the

@@ -21,11 +21,12 @@ REFERENCE_COPY = Path(__file__).parent / "data" / "reference_resnet50.json"
 # run nothing long, on pytest-xdist's workers; `serial`, the rest, one at a time in each stream (the stack, the
 # SLURM clusters and the real runs share this machine's cores and ports). Unset: every test.
 # AIPERF_TEST_STREAM narrows the serial phase to one of two streams that scripts/test-streams.sh runs at once
-# (unless SERIAL_STREAMS=1): the SLURM tests, the browser, the container build and tests/train (half a core busy on
-# average, measured), and the service stacks and real runs (both cores).
+# (unless SERIAL_STREAMS=1): the SLURM tests, the browser, the container build, the compose deployment and
+# tests/train (half a core busy on average, measured), and the service stacks and real runs (both cores).
 SERIAL_DIRS = ("slurm",)
 STREAMS = ("cluster", "stack")
-CLUSTER_STREAM = ("slurm", "web", "train", "runner/test_container.py", "runner/test_wheelhouse.py")
+CLUSTER_STREAM = ("slurm", "web", "train", "runner/test_container.py", "runner/test_wheelhouse.py",
+                  "service/test_compose_deploy.py")
 LLM_RUN_S, LLM_RUN_MAX_S = 24, 240  # the llm_run fixture's least and most seconds
 
 
