@@ -34,7 +34,7 @@ def run_events(run_dir: Path) -> list[dict[str, Any]]:
     """The events a run has logged so far (a line still being written is left out)."""
     try:
         text = (run_dir / "events.jsonl").read_text()
-    except FileNotFoundError:
+    except OSError:
         return []
     events = []
     for line in text.splitlines():

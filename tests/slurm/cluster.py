@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import REPO, need_service
+from tests.helpers import run_events as read_events  # noqa: F401  (the SLURM tests import it from here)
 
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 ONE_NODE_CONF = REPO / "var" / "slurm" / "slurm.conf"
@@ -148,20 +149,6 @@ def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen[str]
             raise AssertionError(f"the run ended before {what}:\n{proc.stdout.read()[-3000:] if proc.stdout else ''}")
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def read_events(run_dir: Path) -> list[dict]:
-    try:
-        lines = (run_dir / "events.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            break
-    return out
 
 
 def verify_ok(run_dir: Path) -> dict:
