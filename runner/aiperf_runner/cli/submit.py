@@ -135,14 +135,24 @@ def evidence_cmd(
     data = _summary(sub)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
-    elif not data["challenge"]:
+    elif not (data["challenge"] or data["states"]):
         typer.echo(f"submission {data['submission']} ({data['status']}): no challenge to answer "
                    "(an unwitnessed run, or not verified)")
     else:
-        typer.echo(f"submission {data['submission']}: audit {data['audit'] or '-'} (challenged trials "
-                   f"{', '.join(data['challenge'])})" + (f"; {data['audit_note']}" if data["audit_note"] else ""))
+        typer.echo(f"submission {data['submission']}: audit {_audit_line(data)}"
+                   + (f"; {data['audit_note']}" if data["audit_note"] else ""))
     if data["audit"] == "failed" or data["status"] == "rejected":
         raise typer.Exit(FAILURE)
+
+
+def _audit_line(d: dict[str, Any]) -> str:
+    """The audit's state and what it was asked to check: challenged trials' weights, committed states."""
+    asked = []
+    if d["challenge"]:
+        asked.append(f"challenged trials {', '.join(d['challenge'])}")
+    if d["states"]:
+        asked.append(f"{len(d['states'])} state(s) re-executed")
+    return f"{d.get('audit') or '-'} ({'; '.join(asked)})"
 
 
 def _print(d: dict[str, Any]) -> None:
@@ -167,8 +177,8 @@ def _print(d: dict[str, Any]) -> None:
             lines += [f"  {r['check']}: {r['message']}" for r in because[:8]]
             if len(because) > 8:
                 lines.append(f"  ... and {len(because) - 8} more (the result page lists every check)")
-    if d.get("challenge"):
-        lines.append(f"audit:        {d.get('audit') or '-'} (challenged trials {', '.join(d['challenge'])})")
+    if d.get("challenge") or d.get("states"):  # a run with no kept weights is audited on its states alone
+        lines.append(f"audit:        {_audit_line(d)}")
         if d.get("audit_note"):
             lines.append(f"              {d['audit_note']}")
     if d.get("states"):
