@@ -5,9 +5,9 @@ page gets wrong fails here.
 A test machine has no ImageNet, no GPUs, no account `proj42` and two hours to spare, so `SUBSTITUTIONS`
 replaces those arguments, each with its reason; everything else runs verbatim, in the checklist's
 order, with the server and token coming from what `register` saved (nothing in the environment). The
-run is witnessed and stopped once a trial has kept its weights; `submit RUN_DIR` answers the audit's challenge (those
-weights and the committed states) and must end verified with the audit
-passed. About 1 minute alone.
+run is witnessed and stopped once a trial has kept its weights; `submit RUN_DIR` answers the audit's
+challenge (those weights and the committed states) and must end verified with the audit passed. About
+1 minute alone.
 """
 
 from __future__ import annotations
