@@ -19,10 +19,14 @@ bench/data_path.py).
 
 Images/s on one core against the `pil` path (bench/data_path.py, 2,000 JPEGs of 500x375, 88 kB): decode
 1.65x, the training transform alone 2.8x and the validation transform 2.9x; with the decode, a worker
-delivers 1.4x the training and 1.8x the validation images. The decode (libjpeg-turbo in both paths) is then 60 % of the cost. Decoding at a reduced DCT
-scale (PIL's `draft`) does not apply at ImageNet's sizes: a crop of a 500x375 image is never 448 pixels
-(twice 224) on both sides, so a half-scale decode would be enlarged again, and validation's 256-pixel side
-is more than half of 375. torchvision deprecates its decoders from 0.29 in favour of TorchCodec's; they
+delivers 1.4x the training and 1.8x the validation images (1.5x and 1.75x on a 2-core AMD EPYC). The decode
+(libjpeg-turbo in both paths) is then about 80 % of the cost. Decoding at a reduced DCT scale (PIL's `draft`)
+does not apply at ImageNet's sizes: a crop of a 500x375 image is never 448 pixels (twice 224) on both sides,
+so a half-scale decode would be enlarged again, and validation's 256-pixel side is more than half of 375.
+Decoding only the crop's box (libjpeg-turbo's `jpeg_crop_scanline` and `jpeg_skip_scanlines`, which would
+need a compiled extension) saves too little to be worth one: bench/jpeg_roi.c measured the box 1.15-1.23x
+faster than the whole image (1,000 files, one core; the entropy decoding above the box is still done), about
+1.75x for the training path in all, short of the 2x the data path aims at. torchvision deprecates its decoders from 0.29 in favour of TorchCodec's; they
 still ship.
 """
 
