@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 WHEELHOUSE ?= build/wheelhouse
 
-.PHONY: venv install demo test bench lint clean wheelhouse runner-image
+.PHONY: venv install demo test bench lint clean wheelhouse runner-image gpu-wheels
 
 $(STAMP): requirements.txt requirements-dev.txt runner/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,6 +49,15 @@ BASE_IMAGE ?= aiperf-base:bookworm
 runner-image:
 	PYTHON=$(PY) TRAIN=1 scripts/wheelhouse.sh $(WHEELHOUSE)
 	docker build -f runner/container/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(RUNNER_IMAGE) $(WHEELHOUSE)
+
+# What scripts/gpu-checks.sh installs on a lent GPU machine that reaches no index: the runner's dependencies and
+# optuna as wheels for its Python (the image's torch and torchvision are used as they are). Carry .gpu-wheels.
+GPU_PYTHON_VERSION ?= 3.12
+gpu-wheels: $(STAMP)
+	rm -rf .gpu-wheels
+	PYTHON=$(BIN)/python PLATFORM=manylinux_2_28_x86_64 PYTHON_VERSION=$(GPU_PYTHON_VERSION) scripts/wheelhouse.sh .gpu-wheels
+	$(BIN)/python -m pip download -q --dest .gpu-wheels --only-binary=:all: --platform manylinux_2_28_x86_64 \
+		--python-version $(GPU_PYTHON_VERSION) --implementation cp optuna
 
 clean:
 	rm -rf $(VENV) runs var .pytest_cache
