@@ -22,13 +22,13 @@ def printed(capsys: pytest.CaptureFixture[str], sub: dict[str, Any]) -> str:
 def test_an_audit_of_states_alone_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     states = [{"trial": "t0", "sha256": "a" * 64}, {"trial": "t0", "sha256": "b" * 64}]
     out = printed(capsys, submission(audit="passed", states=states, states_received=["a" * 64, "b" * 64]))
-    assert "audit:        passed (2 state(s) re-executed)" in out
+    assert "audit:        passed (2 training state(s))" in out
     assert "work:         2 of 2 committed states" in out
 
 
 def test_an_audit_of_weights_and_states_names_both(capsys: pytest.CaptureFixture[str]) -> None:
     out = printed(capsys, submission(audit="pending", challenge=["t1", "t3"], states=[{"trial": "t1", "sha256": "c"}]))
-    assert "audit:        pending (challenged trials t1, t3; 1 state(s) re-executed)" in out
+    assert "audit:        pending (challenged trials t1, t3; 1 training state(s))" in out
 
 
 def test_no_audit_line_when_nothing_was_asked(capsys: pytest.CaptureFixture[str]) -> None:

@@ -151,7 +151,7 @@ def _audit_line(d: dict[str, Any]) -> str:
     if d["challenge"]:
         asked.append(f"challenged trials {', '.join(d['challenge'])}")
     if d["states"]:
-        asked.append(f"{len(d['states'])} state(s) re-executed")
+        asked.append(f"{len(d['states'])} training state(s)")
     return f"{d.get('audit') or '-'} ({'; '.join(asked)})"
 
 
