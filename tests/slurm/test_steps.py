@@ -188,7 +188,11 @@ print("STOPPED", json.dumps({"scancels": scancels, "polls": [h.poll() for h in h
 def test_shutdown_cancels_every_step_with_one_scancel(one_node: Path, tmp_path: Path, stop: str) -> None:
     """Three steps (two running, one waiting for a CPU): the shutdown, alone or after the controller's
     stop cancelled each attempt (a signal to its srun, no wait), cancels the run's steps with one
-    scancel and waits for every srun together; no step is left. ~15 s."""
+    scancel and waits for every srun together; no step is left. ~15 s.
+
+    At most one scancel, not exactly one: the sruns end their steps on the signal, and a shutdown whose squeue
+    already finds none has nothing to cancel (a whole CI run saw 0 after the controller's stop, every srun ended
+    by its SIGTERM and no step left)."""
     from bench.slurm_load import counting_wrappers
 
     calls = tmp_path / "calls.log"
@@ -203,6 +207,6 @@ def test_shutdown_cancels_every_step_with_one_scancel(one_node: Path, tmp_path: 
     out = proc.stdout + proc.stderr
     assert "STOPPED " in out, out[-3000:]
     found = json.loads(out.split("STOPPED ", 1)[1].splitlines()[0])
-    assert found["scancels"] == 1 and found["polls"] == [-15] * 3 and found["exited"] == [True] * 3, out[-3000:]
+    assert found["scancels"] <= 1 and found["polls"] == [-15] * 3 and found["exited"] == [True] * 3, out[-3000:]
     assert found["left"] == 0, out[-3000:]
     assert found["seconds"] < 30, out[-3000:]  # not a stop_wait_s (30 s) per step
