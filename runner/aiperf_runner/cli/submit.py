@@ -21,7 +21,7 @@ import typer
 from aiperf_runner.cli.exitcodes import FAILURE, TIMED_OUT
 from aiperf_runner.cli.options import AsJson, Server, Token
 from aiperf_runner.client.service import Failure, find_service
-from aiperf_runner.client.submission import CHUNK_SIZE, answer_challenge_later, say_to_stderr, submit_bundle
+from aiperf_runner.client.submission import CHUNK_SIZE, answer_challenge_later, asks, say_to_stderr, submit_bundle
 from aiperf_runner.spec.errors import AiperfError
 
 EXIT_CODES = ("Exit codes: 0 verified, 1 rejected or refused (the message says why), 2 usage error, "
@@ -135,7 +135,7 @@ def evidence_cmd(
     data = _summary(sub)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
-    elif not (data["challenge"] or data["states"]):
+    elif not asks(data):
         typer.echo(f"submission {data['submission']} ({data['status']}): no challenge to answer "
                    "(an unwitnessed run, or not verified)")
     else:
@@ -177,7 +177,7 @@ def _print(d: dict[str, Any]) -> None:
             lines += [f"  {r['check']}: {r['message']}" for r in because[:8]]
             if len(because) > 8:
                 lines.append(f"  ... and {len(because) - 8} more (the result page lists every check)")
-    if d.get("challenge") or d.get("states"):  # a run with no kept weights is audited on its states alone
+    if asks(d):  # a run with no kept weights is audited on its states alone
         lines.append(f"audit:        {_audit_line(d)}")
         if d.get("audit_note"):
             lines.append(f"              {d['audit_note']}")

@@ -25,9 +25,9 @@ does not apply at ImageNet's sizes: a crop of a 500x375 image is never 448 pixel
 so a half-scale decode would be enlarged again, and validation's 256-pixel side is more than half of 375.
 Decoding only the crop's box (libjpeg-turbo's `jpeg_crop_scanline` and `jpeg_skip_scanlines`, which would
 need a compiled extension) saves too little to be worth one: bench/jpeg_roi.c measured the box 1.15-1.23x
-faster than the whole image (1,000 files, one core; the entropy decoding above the box is still done), about
-1.75x for the training path in all, short of the 2x the data path aims at. torchvision deprecates its decoders from 0.29 in favour of TorchCodec's; they
-still ship.
+faster than the whole image (1,000 files, one core; the entropy decoding above the box is still done), so an
+estimated 1.75x for the training path in all, short of the 2x the data path aims at. torchvision deprecates
+its decoders from 0.29 in favour of TorchCodec's; they still ship.
 """
 
 from __future__ import annotations
