@@ -25,8 +25,9 @@ the difference is resampling alone). `--val-box` also measures a cheaper validat
 computed in the original's coordinates and only it resized, against the `pil` reference.
 
 `--packed`: the files linked into an ImageFolder tree and packed (data/shards.py, as `aiperf-runner stage`
-does; the time printed), then on one core, images per CPU-second of reading the bytes, and of reading +
-decoding + the training transform (seeded as SeededImages does, each decoder), from the pack's memory maps
+does), and packed decoded by each decoder (`stage --decoded`: pixel packs), the times printed; then on one
+core, images per CPU-second of reading the bytes, and of reading + decoding + the training transform
+(seeded as SeededImages does, each decoder), from the pack's memory maps and from the decoder's pixel pack
 against from the files.
 
 `--device cuda`: the files' bytes decoded by `torchvision.io.decode_jpeg(list, device="cuda")` in batches of
@@ -50,6 +51,10 @@ Measured on a 2-CPU machine (Xeon, AVX-512; torch 2.14, torchvision 0.29, Pillow
 --packed on the same machine, 2,000 generated files (and 10 more linked into val/), in the page cache:
   stage 176.2 MB into 2 shards in 0.42 s (422 MB/s, 2 threads); images per CPU-second files -> pack:
   read 31,972 -> 74,572 (2.33x); read + decode + train pil 421 -> 418 (0.99x), tensor 618 -> 637 (1.03x)
+
+--packed --images 1000 --rounds 2 with the pixel packs (a 2-CPU Xeon): staged decoded in 0.88 s (tensor,
+568 MB against 88.6 MB); read + train per CPU-second, files -> pixel pack: pil 498 -> 1,119 (2.25x), tensor
+757 -> 2,538 (3.35x); today's path (pil, files) -> the pixel pack (tensor): 5.10x
 """
 
 from __future__ import annotations
@@ -244,7 +249,9 @@ def link_tree(files: list[str], root: Path, classes: int = 10) -> Path:
 
 def packed_bench(files: list[str], tmp: Path, rounds: int) -> None:
     """Images per CPU-second on one core of reading, and of reading + decoding + the training transform (as
-    SeededImages seeds it), from the pack against from the files, with each decoder."""
+    SeededImages seeds it), from the pack and from a pixel pack of each decoder (`stage --decoded`: nothing
+    left to decode) against from the files, with each decoder."""
+    from aiperf_runner.cli.stage import pixel_decoder
     from aiperf_runner.data import shards
     from aiperf_runner.train.data import SeededImages
     from aiperf_runner.train.sharded_folder import ShardedImageFolder, bytes_loader
@@ -253,10 +260,11 @@ def packed_bench(files: list[str], tmp: Path, rounds: int) -> None:
 
     tree = link_tree(files, tmp / "tree")
     workers = len(os.sched_getaffinity(0))
-    result = shards.pack(tree, tmp / "pack", workers=workers)
-    print(f"stage: packed {result.images} images ({result.bytes / 1e6:.1f} MB) into {result.shards} shards in "
-          f"{result.seconds:.2f} s ({result.bytes / 1e6 / result.seconds:.0f} MB/s, {workers} threads; the files "
-          "in the page cache)")
+    for dst, pixels in (("pack", None), ("pixels-pil", "pil"), ("pixels-tensor", "tensor")):
+        result = shards.pack(tree, tmp / dst, workers=workers, pixels=pixel_decoder(pixels) if pixels else None)
+        print(f"stage{' --decoded --decoder ' + pixels if pixels else ''}: {result.images} images, "
+              f"{result.bytes / 1e6:.1f} MB in {result.shards} shards, {result.seconds:.2f} s ({result.images / result.seconds:.0f} "
+              f"images/s, {result.bytes / 1e6 / result.seconds:.0f} MB/s, {workers} threads; the files in the page cache)")
     print(f"pinned to CPU {pin_one_core()}, 1 torch thread; {rounds} rounds")
     transforms = {"pil": (folder_transforms("imagenet", SIZE)[0], pil_loader),
                   "tensor": (decode.tensor_transforms("imagenet", SIZE)[0], decode.read_rgb)}
@@ -264,23 +272,32 @@ def packed_bench(files: list[str], tmp: Path, rounds: int) -> None:
     for name, (train_tf, loader) in transforms.items():
         from_files = ImageFolder(str(tree / "train"), transform=train_tf, loader=loader)
         from_pack = ShardedImageFolder(tmp / "pack", "train", train_tf, bytes_loader(name))
-        assert from_files.targets == from_pack.targets
+        from_pixels = ShardedImageFolder(tmp / f"pixels-{name}", "train", train_tf, bytes_loader(name))
+        assert from_files.targets == from_pack.targets == from_pixels.targets
         n = len(from_pack)
         cases[("files", f"train ({name})")] = (SeededImages(from_files, 0).__getitem__, n)
         cases[("pack", f"train ({name})")] = (SeededImages(from_pack, 0).__getitem__, n)
+        cases[("pixels", f"train ({name})")] = (SeededImages(from_pixels, 0).__getitem__, n)
         paths = [p for p, _t in from_files.samples]
         cases[("files", "read")] = (lambda i, paths=paths: Path(paths[i]).read_bytes(), n)
         cases[("pack", "read")] = (from_pack.reader.read, n)
+        cases[("pixels", "read")] = (from_pixels.reader.read, n)
     best: dict[tuple[str, str], float] = {}
     for r in range(rounds):
         for key in (cases if r % 2 == 0 else reversed(list(cases))):
             fn, count = cases[key]
             cpu, _wall = run_pass(fn, count, seeded=False)
             best[key] = min(cpu, best.get(key, cpu))
-    print(f"\nimages per CPU-second on one core, best of {rounds} rounds ({len(files)} images):")
+    print(f"\nimages per CPU-second on one core, best of {rounds} rounds ({len(files)} images; pixels: the pixel "
+          "pack of the row's decoder):")
     for what in ("read", "train (pil)", "train (tensor)"):
-        f, p = best[("files", what)], best[("pack", what)]
-        print(f"  {what:15} files {1 / f:8.0f}   pack {1 / p:8.0f}   pack/files {f / p:5.2f}x")
+        f, p, x = best[("files", what)], best[("pack", what)], best[("pixels", what)]
+        print(f"  {what:15} files {1 / f:8.0f}   pack {1 / p:8.0f}   pixels {1 / x:8.0f}   pack/files {f / p:5.2f}x"
+              f"   pixels/files {f / x:5.2f}x")
+    today = best[("files", "train (pil)")]
+    print(f"  the training path per core, today's (pil, from the files) -> the pixel pack (tensor): "
+          f"{1 / today:.0f} -> {1 / best[('pixels', 'train (tensor)')]:.0f} images/s, "
+          f"{today / best[('pixels', 'train (tensor)')]:.2f}x")
 
 
 # ---- main ---------------------------------------------------------------------------------------------
@@ -303,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--batch", type=int, default=128, help="--device cuda: files decoded per call")
     ap.add_argument("--packed", action="store_true",
-                    help="instead: read + decode + train from a shard pack (aiperf-runner stage) against the files")
+                    help="instead: read + decode + train from a shard pack and from pixel packs (aiperf-runner stage, "
+                         "stage --decoded) against the files")
     args = ap.parse_args(argv)
     if not 1 <= args.images <= 100_000 or not 1 <= args.rounds <= 20 or args.batch < 1 or \
             not 1 <= args.cached <= 1000:

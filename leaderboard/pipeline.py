@@ -422,7 +422,8 @@ def software(run: dict[str, Any]) -> dict[str, str]:
     return stack
 
 
-TUNING = ("precision", "data_decoder", "data_workers", "channels_last", "torch_compile", "cuda_graphs")
+TUNING = ("precision", "data_decoder", "decoded_at_staging", "data_workers", "channels_last", "torch_compile",
+          "cuda_graphs")
 
 
 def tuning(run: dict[str, Any]) -> dict[str, Any]:

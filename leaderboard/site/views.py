@@ -241,7 +241,8 @@ def _tuning_text(knobs: Any) -> str:
     """The run's settings of the closed division's knobs (pipeline.tuning), in words."""
     if not isinstance(knobs, dict) or not knobs:
         return "–"
-    names = {"precision": "precision", "data_decoder": "image decoder", "data_workers": "loader workers",
+    names = {"precision": "precision", "data_decoder": "image decoder", "decoded_at_staging": "images decoded at staging",
+             "data_workers": "loader workers",
              "channels_last": "channels-last", "torch_compile": "torch.compile", "cuda_graphs": "CUDA graphs"}
     return ", ".join(f"{names.get(k, k)} {'on' if v is True else 'off' if v is False else v}" for k, v in knobs.items())
 

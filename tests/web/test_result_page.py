@@ -154,3 +154,12 @@ def test_the_page_and_the_api_say_the_presets_known_spread(client, demo_data, mo
     assert "not measured for this preset" in client.get(f"/results/{r.pk}").content.decode()
     assert client.get(f"/api/v1/results/{r.pk}/").json()["known_spread"] is None
 
+
+
+def test_a_run_on_a_pixel_pack_says_its_images_were_decoded_at_staging():
+    from leaderboard.site.views import _tuning_text
+
+    knobs = pipeline.tuning({"tuning": {"precision": "bf16", "data_decoder": "tensor", "decoded_at_staging": True,
+                               "data_workers": 8, "channels_last": True, "torch_compile": False, "cuda_graphs": False}})
+    assert _tuning_text(knobs) == ("precision bf16, image decoder tensor, images decoded at staging on, loader workers 8, "
+                                   "channels-last on, torch.compile off, CUDA graphs off")

@@ -41,11 +41,24 @@ def srun_argv(options: list[str]) -> list[str]:
 
 
 def _options(data: Path | None, to: str, shard_mb: int, workers: int, verify_only: bool, full: bool,
-             as_json: bool, manifest_to: Path | None = None) -> list[str]:
-    """The command's own options again (for the copy each node runs)."""
+             as_json: bool, manifest_to: Path | None = None, decoded: str | None = None) -> list[str]:
+    """The command's own options again (for the copy each node runs); `decoded`: the decoder of --decoded."""
     return [*(["--data", str(data.resolve())] if data else []), "--to", to, "--shard-mb", str(shard_mb),
             "--workers", str(workers), *(["--verify-only"] if verify_only else []), *(["--full"] if full else []),
-            *(["--json"] if as_json else []), *(["--manifest-to", str(manifest_to.resolve())] if manifest_to else [])]
+            *(["--json"] if as_json else []), *(["--manifest-to", str(manifest_to.resolve())] if manifest_to else []),
+            *(["--decoded", "--decoder", decoded] if decoded else [])]
+
+
+def pixel_decoder(name: str) -> Any:
+    """data/shards.py's PixelDecoder of the run decoder `name` (train/decode.py, which imports torch)."""
+    from aiperf_runner.data.shards import PixelDecoder
+    from aiperf_runner.rundir.config import DATA_DECODERS
+
+    if name not in DATA_DECODERS:
+        raise AiperfError(f"--decoder {name!r}: one of {', '.join(DATA_DECODERS)}")
+    from aiperf_runner.train import decode
+
+    return PixelDecoder(name, decode.pil_pixels if name == "pil" else decode.tensor_pixels)
 
 
 def copy_manifest(pack: Path, target: Path) -> None:
@@ -63,6 +76,7 @@ def _report(node: str, dst: Path, manifest: dict[str, Any], packed: bool, full: 
     splits = manifest["splits"].values()
     size = sum(int(sh["bytes"]) for s in splits for sh in s["shards"])
     return {"node": node, "path": str(dst), "packed": packed, "verified": "full" if full else "sizes",
+            "pixels": manifest.get("pixels"),
             "images": sum(int(s["images"]) for s in splits), "shards": sum(len(s["shards"]) for s in splits),
             "bytes": size, "seconds": round(seconds, 3), "mb_per_s": round(size / 1e6 / seconds, 1) if seconds else None,
             "digest": manifest["digest"]}
@@ -71,7 +85,8 @@ def _report(node: str, dst: Path, manifest: dict[str, Any], packed: bool, full: 
 def _text(r: dict[str, Any]) -> str:
     what = "packed" if r["packed"] else f"verified ({'every shard hashed' if r['verified'] == 'full' else 'sizes and index'})"
     rate = f", {r['mb_per_s']:,} MB/s" if r["packed"] and r["mb_per_s"] is not None else ""
-    return (f"node {r['node']}: {what} {r['path']}: {r['images']:,} images in {r['shards']} shards, "
+    held = f" (images decoded by {r['pixels']})" if r.get("pixels") else ""
+    return (f"node {r['node']}: {what} {r['path']}{held}: {r['images']:,} images in {r['shards']} shards, "
             f"{r['bytes'] / 1e6:,.1f} MB, {r['seconds']:.1f} s{rate}\n  digest {r['digest']}")
 
 
@@ -150,17 +165,24 @@ def stage_cmd(
                                                   "GPT-2 shards).")] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", min=1, max=65536, help="--workload llm --manifest: the "
                                               "tokenizer's vocabulary (default: gpt2 50257, bytes 256).")] = None,
+    decoded: Annotated[bool, typer.Option("--decoded", help="Store each image decoded (its pixels, by --decoder) "
+                                          "instead of its file's bytes: no decoding in the run, about 6x the disk "
+                                          "of ImageNet's JPEGs; the run must decode with the same decoder.")] = False,
+    decoder: Annotated[str | None, typer.Option("--decoder", metavar="NAME", help="--decoded: tensor or pil, the run "
+                                                "decoder whose images are stored (default: $AIPERF_DATA_DECODER, "
+                                                "else tensor).")] = None,
     val_tokens: Annotated[int, typer.Option("--val-tokens", metavar="N", min=1, help="--workload llm --data: the "
                                             "first N bytes of the text are the validation shard (llm-bytes "
                                             "evaluates 65,536).")] = 65_536,
 ) -> None:
     """Pack an ImageFolder data set into a few large shards with a manifest on node-local storage (or verify a
     pack there), before a run: then `run --data LOCAL` reads the shards. A pack already at --to is verified,
-    not rewritten. With --workload llm: AIPerf-LLM's token shards (byte-level shards of text, or the manifest of
+    not rewritten. --decoded stores the images decoded, so the run's loaders do not decode. With --workload llm: AIPerf-LLM's token shards (byte-level shards of text, or the manifest of
     llm.c shards a site has) for `run --workload llm --preset llm|llm-bytes --data DIR`."""
     if workload == "llm":
-        if slurm or manifest_to is not None:
-            raise AiperfError("--slurm and --manifest-to are for image packs: token shards are read where they are")
+        if slurm or manifest_to is not None or decoded or decoder is not None:
+            raise AiperfError("--slurm, --manifest-to, --decoded and --decoder are for image packs: token shards are "
+                              "read where they are, and never decoded")
         report = _stage_llm(data or [], to, manifest, tokenizer, vocab, val_tokens, verify_only)
         typer.echo(json.dumps(report) if as_json else _llm_text(report))
         return
@@ -168,6 +190,11 @@ def stage_cmd(
         raise AiperfError(f"unknown --workload {workload!r}: image or llm")
     if manifest is not None or tokenizer is not None or vocab is not None:
         raise AiperfError("--manifest, --tokenizer and --vocab are for --workload llm")
+    if decoder is not None and not decoded:
+        raise AiperfError("--decoder names the decoder of --decoded: give --decoded too")
+    from aiperf_runner.rundir.config import DECODER_ENV, DEFAULT_DATA_DECODER
+
+    decoded_by = (decoder or os.environ.get(DECODER_ENV) or DEFAULT_DATA_DECODER) if decoded else None
     from aiperf_runner.data import shards  # numpy: not at the command line's start
 
     if to is None:
@@ -178,7 +205,7 @@ def stage_cmd(
     if not verify_only and tree is None:
         raise AiperfError("give --data DIR (the ImageFolder tree to pack), or --verify-only")
     if slurm:
-        argv = srun_argv(_options(tree, to, shard_mb, workers, verify_only, full, as_json, manifest_to))
+        argv = srun_argv(_options(tree, to, shard_mb, workers, verify_only, full, as_json, manifest_to, decoded_by))
         raise typer.Exit(subprocess.run(argv, check=False).returncode)
     node = node_name()
     dst = expand(to, node)
@@ -189,7 +216,8 @@ def stage_cmd(
         report = _report(node, dst, shards.verify(dst, full=full), False, full, time.monotonic() - start)
     else:
         assert tree is not None
-        result = shards.pack(tree, dst, shard_bytes=shard_mb << 20, workers=workers, full=full)
+        result = shards.pack(tree, dst, shard_bytes=shard_mb << 20, workers=workers, full=full,
+                             pixels=pixel_decoder(decoded_by) if decoded_by else None)
         report = _report(node, dst, result.manifest, result.packed, full, result.seconds)
     if manifest_to is not None:
         copy_manifest(dst, manifest_to)

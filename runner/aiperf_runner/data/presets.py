@@ -76,7 +76,8 @@ class Preset:
 
     def _packed_dataset(self, data: str, manifest_file: str | None = None) -> dict[str, Any]:
         """A pack (`aiperf-runner stage`, data/shards.py), checked now (sizes, index), before the run's
-        clock starts: its counts, and `packed`, the digest that binds the run to its bytes and order.
+        clock starts: its counts, and `packed`, the digest that binds the run to its bytes and order (and a
+        pixel pack's decoder, `pixels`, which must be the run's).
         `manifest_file`: its manifest copied where this machine reads it (`run --data-manifest`), for a pack on
         the compute nodes' own disks that the controller cannot see; each trial checks its node's pack."""
         from aiperf_runner.data import shards
@@ -91,7 +92,8 @@ class Preset:
         counts = {split: int(info["images"]) for split, info in manifest["splits"].items()}
         return {"name": self.name, "train_images": counts["train"], "val_images": counts["val"],
                 "classes": len(manifest["classes"]), "image_size": self.image_size, "channels": self.channels,
-                "packed": {"digest": manifest["digest"], "images": counts["train"] + counts["val"]}}
+                "packed": {"digest": manifest["digest"], "images": counts["train"] + counts["val"],
+                           **({"pixels": manifest["pixels"]} if manifest.get("pixels") else {})}}
 
     def _idx_dataset(self, data: str | None) -> dict[str, Any]:
         """Fashion-MNIST: every file checked and decoded now, before the run's clock starts (a bad

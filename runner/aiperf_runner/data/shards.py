@@ -11,6 +11,12 @@ folders, then `sorted(os.walk(...))`, then sorted file names: `folder_samples`),
   of the manifest without it (canonical JSON). The digest binds everything: run.json's
   `dataset.packed.digest` names the very bytes the run read, in their order, with their labels.
 
+A pixel pack (`stage --decoded`, format `aiperf-pixels/1`) holds each image decoded at staging by a
+run decoder (train/decode.py) instead of its file's bytes: interleaved RGB, uint8, row-major (H x W x 3),
+the decoder's very output, so a trial reads the pixels it would have decoded and spends no time decoding
+(about 6.4 times the bytes of ImageNet-sized JPEGs). Its manifest names the decoder (`pixels`); its index
+rows have two more columns, height and width.
+
 Nothing in the manifest depends on where or when the pack was made, so every node packing the same
 tree gets the same digest. A trial reads a pack through `ShardReader` (one memory map per shard,
 read sequentially by the loader's workers): no per-file metadata traffic on a parallel file system.
@@ -28,6 +34,7 @@ import mmap
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +43,16 @@ from typing import Any
 import numpy as np
 
 from aiperf_runner.data.staging import IMG_EXTENSIONS, SPLITS, locked
+from aiperf_runner.rundir.config import DATA_DECODERS
 from aiperf_runner.spec.errors import AiperfError
 
 FORMAT = "aiperf-shards/1"
+PIXELS_FORMAT = "aiperf-pixels/1"
 MANIFEST = "aiperf-shards.json"
 DEFAULT_SHARD_BYTES = 256 << 20
 _CHUNK = 8 << 20  # hashing buffer
 _COLUMNS = 4  # index row: shard, offset, length, class
+_PIXEL_COLUMNS = 6  # a pixel pack's: shard, offset, length, class, height, width
 
 
 class ShardError(AiperfError, ValueError):
@@ -70,6 +80,15 @@ def folder_samples(split_dir: Path, classes: list[str]) -> list[tuple[str, int]]
         if not found:
             raise ShardError(f"{split_dir / cls}: no image (ImageFolder takes {', '.join(IMG_EXTENSIONS)})")
     return out
+
+
+@dataclass(frozen=True)
+class PixelDecoder:
+    """How a pixel pack is decoded at staging: `name`, the run decoder whose images these are (one of
+    DATA_DECODERS), and `decode`, an image file's bytes -> (H x W x 3 RGB bytes, height, width)."""
+
+    name: str
+    decode: Callable[[bytes], tuple[bytes, int, int]]
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
@@ -109,6 +128,66 @@ def _write_shard(path: Path, files: list[str], sizes: list[int]) -> str:
     return h.hexdigest()
 
 
+def _decoded_size(path: str) -> int:
+    """An image's decoded bytes (width x height x 3) from its header: only to cut the shards."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.width * img.height * 3
+    except (OSError, ValueError) as exc:
+        raise ShardError(f"{path}: not an image this pack can decode: {exc}") from None
+
+
+def _write_pixel_shard(path: Path, files: list[str], pixels: PixelDecoder) -> tuple[str, list[tuple[int, int, int]]]:
+    """The files decoded by `pixels` into `path`; (its sha256, (bytes, height, width) per image)."""
+    h = hashlib.sha256()
+    rows = []
+    with open(path, "wb") as out:
+        for name in files:
+            with open(name, "rb") as fh:
+                data = fh.read()
+            try:
+                raw, height, width = pixels.decode(data)
+            except Exception as exc:  # the decoders' own errors (RuntimeError, OSError, ...): name the file
+                raise ShardError(f"{name}: the {pixels.name} decoder cannot decode it: {exc}") from None
+            if len(raw) != height * width * 3:
+                raise ShardError(f"{name}: decoded to {len(raw)} bytes, not {height} x {width} x 3")
+            h.update(raw)
+            out.write(raw)
+            rows.append((len(raw), height, width))
+    return h.hexdigest(), rows
+
+
+def _pack_pixels(src: Path, tmp: Path, split: str, classes: list[str], shard_bytes: int,
+                 pool: ThreadPoolExecutor, pixels: PixelDecoder) -> dict[str, Any]:
+    """One split decoded into a pixel pack's shards (decoded in parallel, one shard per thread)."""
+    samples = folder_samples(src / split, classes)
+    ranges = _split_into_shards(list(pool.map(lambda s: _decoded_size(s[0]), samples)), shard_bytes)
+    names = [f"{split}-{n:05d}.shard" for n in range(len(ranges))]
+    written = list(pool.map(lambda r: _write_pixel_shard(tmp / names[r[0]], [p for p, _t in samples[r[1][0]:r[1][1]]],
+                                                         pixels), enumerate(ranges)))
+    table = np.zeros((len(samples), _PIXEL_COLUMNS), dtype=np.int64)
+    for n, ((a, b), (_sha, rows)) in enumerate(zip(ranges, written, strict=True)):
+        lengths = [r[0] for r in rows]
+        table[a:b, 0] = n
+        table[a:b, 1] = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)])
+        table[a:b, 2] = lengths
+        table[a:b, 4] = [r[1] for r in rows]
+        table[a:b, 5] = [r[2] for r in rows]
+    table[:, 3] = [t for _p, t in samples]
+    shards = [{"name": name, "sha256": sha, "bytes": int(sum(r[0] for r in rows)), "images": b - a}
+              for name, (sha, rows), (a, b) in zip(names, written, ranges, strict=True)]
+    return _with_index(tmp, split, table, shards)
+
+
+def _with_index(tmp: Path, split: str, table: np.ndarray, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    index = tmp / f"{split}.index.npy"
+    np.save(index, table, allow_pickle=False)
+    return {"images": len(table), "shards": shards,
+            "index": {"name": index.name, "sha256": _sha256_file(index), "bytes": index.stat().st_size}}
+
+
 def _pack_split(src: Path, tmp: Path, split: str, classes: list[str], shard_bytes: int,
                 pool: ThreadPoolExecutor) -> dict[str, Any]:
     samples = folder_samples(src / split, classes)
@@ -125,10 +204,7 @@ def _pack_split(src: Path, tmp: Path, split: str, classes: list[str], shard_byte
                                                    sizes[r[1][0]:r[1][1]]), enumerate(ranges)))
     shards = [{"name": name, "sha256": sha, "bytes": int(sum(sizes[a:b])), "images": b - a}
               for name, sha, (a, b) in zip(names, digests, ranges, strict=True)]
-    index = tmp / f"{split}.index.npy"
-    np.save(index, table, allow_pickle=False)
-    return {"images": len(samples), "shards": shards,
-            "index": {"name": index.name, "sha256": _sha256_file(index), "bytes": index.stat().st_size}}
+    return _with_index(tmp, split, table, shards)
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -160,9 +236,10 @@ class PackResult:
 
 
 def pack(src: str | Path, dst: str | Path, shard_bytes: int = DEFAULT_SHARD_BYTES, workers: int = 8,
-         full: bool = False) -> PackResult:
-    """Pack the ImageFolder tree `src` (train/ and val/ of class folders) into `dst`; an existing complete
-    pack there is verified instead (`full`: its shards' sha256 too)."""
+         full: bool = False, pixels: PixelDecoder | None = None) -> PackResult:
+    """Pack the ImageFolder tree `src` (train/ and val/ of class folders) into `dst`, the files' bytes or, with
+    `pixels`, their images decoded; an existing complete pack there is verified instead (`full`: its shards'
+    sha256 too), and refused if it is not the kind asked for."""
     src, dst = Path(src), Path(dst)
     start = time.monotonic()
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -170,20 +247,30 @@ def pack(src: str | Path, dst: str | Path, shard_bytes: int = DEFAULT_SHARD_BYTE
         if dst.exists():
             if not (dst / MANIFEST).is_file():
                 raise ShardError(f"{dst} exists and is not a pack (no {MANIFEST}): remove it or choose another --to")
-            return PackResult(dst, verify(dst, full=full), False, time.monotonic() - start)
+            manifest = verify(dst, full=full)
+            wanted = {"pixels": pixels.name} if pixels else {}
+            if manifest.get("pixels") != wanted.get("pixels"):
+                raise ShardError(f"{dst} holds {describe(manifest)}, not {describe(wanted)}: remove it or choose "
+                                 "another --to")
+            return PackResult(dst, manifest, False, time.monotonic() - start)
         for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a killed pack's (made under the lock only)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
         try:
             tmp.mkdir()
-            manifest = _pack_tree(src, tmp, shard_bytes, workers)
+            manifest = _pack_tree(src, tmp, shard_bytes, workers, pixels)
             os.rename(tmp, dst)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return PackResult(dst, manifest, True, time.monotonic() - start)
 
 
-def _pack_tree(src: Path, tmp: Path, shard_bytes: int, workers: int) -> dict[str, Any]:
+def describe(manifest: dict[str, Any]) -> str:
+    """What a pack holds, in words."""
+    return f"images decoded by {manifest['pixels']}" if manifest.get("pixels") else "the files' bytes"
+
+
+def _pack_tree(src: Path, tmp: Path, shard_bytes: int, workers: int, pixels: PixelDecoder | None) -> dict[str, Any]:
     for split in SPLITS:
         if not (src / split).is_dir():
             raise ShardError(f"{src}: no {split}/ directory (expected {src}/{split}/<class>/<image>)")
@@ -192,9 +279,12 @@ def _pack_tree(src: Path, tmp: Path, shard_bytes: int, workers: int) -> dict[str
         raise ShardError(f"{src}/train has no class folders")
     if find_classes(src / "val") != classes:
         raise ShardError(f"{src}/val and {src}/train have different class folders")
-    with ThreadPoolExecutor(max(1, workers)) as pool:  # reads and hashes release the interpreter lock
-        splits = {split: _pack_split(src, tmp, split, classes, max(1, shard_bytes), pool) for split in SPLITS}
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # reads, hashes and torch's decoders release the GIL
+        splits = {split: _pack_pixels(src, tmp, split, classes, max(1, shard_bytes), pool, pixels) if pixels
+                  else _pack_split(src, tmp, split, classes, max(1, shard_bytes), pool) for split in SPLITS}
     manifest: dict[str, Any] = {"format": FORMAT, "classes": classes, "splits": splits}
+    if pixels:
+        manifest.update(format=PIXELS_FORMAT, pixels=pixels.name)
     manifest["digest"] = manifest_digest(manifest)
     (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
     return manifest
@@ -213,8 +303,12 @@ def read_manifest_file(path: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ShardError(f"{path}: cannot be read: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ShardError(f"{path}: not a manifest of format {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, PIXELS_FORMAT):
+        raise ShardError(f"{path}: not a manifest of format {FORMAT} or {PIXELS_FORMAT}")
+    if (manifest["format"] == PIXELS_FORMAT) != (manifest.get("pixels") is not None) or \
+            manifest.get("pixels", DATA_DECODERS[0]) not in DATA_DECODERS:
+        raise ShardError(f"{path}: format {manifest['format']} with pixels {manifest.get('pixels')!r} (a pixel pack "
+                         f"names its decoder, one of {', '.join(DATA_DECODERS)}; a pack of files names none)")
     if manifest.get("digest") != manifest_digest(manifest):
         raise ShardError(f"{path}: its digest does not match its content (edited?)")
     return manifest
@@ -236,7 +330,7 @@ def verify(root: str | Path, full: bool = False) -> dict[str, Any]:
         if _sha256_file(index) != info["index"]["sha256"]:
             raise ShardError(f"{index}: sha256 differs from the manifest's")
         table = np.load(index, mmap_mode="r", allow_pickle=False)
-        _check_table(split, table, info, len(manifest["classes"]))
+        _check_table(split, table, info, len(manifest["classes"]), bool(manifest.get("pixels")))
         for shard in info["shards"]:
             path = root / shard["name"]
             _check_size(path, int(shard["bytes"]))
@@ -254,10 +348,11 @@ def _check_size(path: Path, want: int) -> None:
         raise ShardError(f"{path}: {have} bytes, the manifest says {want}")
 
 
-def _check_table(split: str, table: np.ndarray, info: dict[str, Any], classes: int) -> None:
-    """The index's rows fit the shards: counts per shard, each image inside its shard, classes in range."""
+def _check_table(split: str, table: np.ndarray, info: dict[str, Any], classes: int, pixels: bool = False) -> None:
+    """The index's rows fit the shards: counts per shard, each image inside its shard, classes in range; a
+    pixel pack's lengths are its heights x widths x 3."""
     shards = info["shards"]
-    if table.shape != (int(info["images"]), _COLUMNS):
+    if table.shape != (int(info["images"]), _PIXEL_COLUMNS if pixels else _COLUMNS):
         raise ShardError(f"{split} index: shape {table.shape}, the manifest says {info['images']} images")
     if len(table) == 0:
         return
@@ -270,13 +365,16 @@ def _check_table(split: str, table: np.ndarray, info: dict[str, Any], classes: i
         raise ShardError(f"{split} index: an image lies outside its shard")
     if target.min() < 0 or target.max() >= classes:
         raise ShardError(f"{split} index: a class number outside 0..{classes - 1}")
+    if pixels and ((table[:, 4] < 1).any() or (table[:, 5] < 1).any() or (length != table[:, 4] * table[:, 5] * 3).any()):
+        raise ShardError(f"{split} index: an image's bytes are not its height x width x 3")
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
 
 class ShardReader:
-    """One split of a pack: `len`, `read(i) -> (bytes, class)`, `targets`. Memory maps are made lazily in
-    the process that reads, and dropped when pickled (DataLoader workers open their own)."""
+    """One split of a pack: `len`, `read(i) -> (bytes, class)`, `targets`; a pixel pack's `pixels` (its
+    decoder) and `shape(i) -> (height, width)`. Memory maps are made lazily in the process that reads, and
+    dropped when pickled (DataLoader workers open their own)."""
 
     def __init__(self, root: str | Path, split: str, manifest: dict[str, Any] | None = None) -> None:
         self.root, self.split = Path(root), split
@@ -284,6 +382,7 @@ class ShardReader:
         info = manifest["splits"][split]
         self.classes: list[str] = list(manifest["classes"])
         self.digest: str = manifest["digest"]
+        self.pixels: str | None = manifest.get("pixels")
         self._shard_names = [str(s["name"]) for s in info["shards"]]
         self._index_name = str(info["index"]["name"])
         self._n = int(info["images"])
@@ -314,9 +413,14 @@ class ShardReader:
             self._maps[shard] = m
         return m
 
+    def shape(self, i: int) -> tuple[int, int]:
+        """A pixel pack's image `i`: (height, width)."""
+        row = self.table[i]
+        return int(row[4]), int(row[5])
+
     def read(self, i: int) -> tuple[bytes, int]:
-        """Image `i`'s file bytes and class number."""
+        """Image `i`'s file bytes (a pixel pack's: its pixels) and class number."""
         if not 0 <= i < self._n:
             raise IndexError(f"image {i} of {self._n}")
-        shard, offset, length, target = (int(v) for v in self.table[i])
+        shard, offset, length, target = (int(v) for v in self.table[i][:_COLUMNS])
         return self._map(shard)[offset:offset + length], target

@@ -170,6 +170,7 @@ class Controller:
             raise ControllerError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                                   "or choose another --out")
         dataset = preset.dataset(config.data, config.data_manifest)
+        startup.check_pixels(config, dataset)
         (run_dir / "trials").mkdir(parents=True, exist_ok=True)
         lock_fh = lock(run_dir)
         try:

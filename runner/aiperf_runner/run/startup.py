@@ -38,6 +38,16 @@ def resolve_preset_defaults(config: RunConfig) -> Preset:
     return preset
 
 
+def check_pixels(config: RunConfig, dataset: dict[str, Any]) -> None:
+    """A pixel pack (`stage --decoded`) holds one decoder's images: the run must decode with that one."""
+    packed = dataset.get("packed")
+    pixels = packed.get("pixels") if isinstance(packed, dict) else None
+    if pixels and pixels != config.data_decoder:
+        raise ControllerError(f"--data {config.data} holds images decoded by {pixels} at staging, but this run "
+                              f"decodes with {config.data_decoder}: set {DECODER_ENV}={pixels}, or stage the data "
+                              "again")
+
+
 def open_backend(config: RunConfig, run_dir: Path) -> tuple[Backend, list[Slot]]:
     """The run's backend and its slots; the config gets the devices per slot the backend resolved."""
     backend = load_backend(config.backend)(run_dir, slots=config.slots, devices_per_slot=config.devices_per_slot or None,
@@ -111,12 +121,17 @@ def ask_run_token(config: RunConfig, registration: dict[str, Any] | None,
     return ask_token(service, registration, fields)
 
 
-def tuning(config: RunConfig) -> dict[str, Any]:
+def tuning(config: RunConfig, dataset: dict[str, Any] | None = None) -> dict[str, Any]:
     """run.json's `tuning`: the settings a site may change in the closed division (docs/rules.md, "What a
-    site may tune"), as this run trains with them; the list shows them beside the result."""
+    site may tune"), as this run trains with them; the list shows them beside the result. `decoded_at_staging`
+    only for a run that reads a pixel pack (`stage --decoded`)."""
     workers = os.environ.get("AIPERF_DATA_WORKERS") or "auto"  # train/data.py default_workers
-    return {"precision": config.precision, "data_decoder": config.data_decoder, "data_workers": workers,
-            "channels_last": True, "torch_compile": False, "cuda_graphs": False}
+    knobs = {"precision": config.precision, "data_decoder": config.data_decoder, "data_workers": workers,
+             "channels_last": True, "torch_compile": False, "cuda_graphs": False}
+    packed = (dataset or {}).get("packed")
+    if isinstance(packed, dict) and packed.get("pixels"):
+        knobs["decoded_at_staging"] = True
+    return knobs
 
 
 def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config: dict[str, Any],
@@ -139,7 +154,7 @@ def make_run_json(config: RunConfig, token: dict[str, Any] | None, public_config
         "declared_peak_source": peak_sources,
         "dataset": dataset,
         "data_decoder": config.data_decoder,  # how the trials decode ImageFolder images (train/decode.py)
-        "tuning": tuning(config),
+        "tuning": tuning(config, dataset),
     }
     if data_source is not None:
         run_json["data_source"] = data_source

@@ -5,7 +5,9 @@
   disagrees with the log it was signed with);
 - run.json's data set is the preset's (spec/presetfacts.py: ImageNet-1k has 1,281,167 training and
   50,000 validation images in 1,000 classes at 224x224); a run that read a pack (`aiperf-runner stage`)
-  records it as `dataset.packed` (its manifest's digest and image count, which are the data set's);
+  records it as `dataset.packed` (its manifest's digest and image count, which are the data set's; a
+  pack of decoded pixels, `stage --decoded`, also `pixels`: its decoder, which must be run.json's
+  `data_decoder`);
 - every trial's graph takes the preset's input (channels x size x size) and has the data set's
   classes, within the search's bounds (spec/seeds.py: at most the preset's ratios times the seed's
   train FLOPs per image and layers); its hyper-parameters (`hparams.json`) are the ones its
@@ -55,6 +57,10 @@ def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> F
         return found
     for problem in presetfacts.dataset_problems(preset, dataset):
         found.add(0, f"run.json {problem}")
+    pixels = _mapping(dataset.get("packed")).get("pixels")
+    if pixels is not None and pixels != run.get("data_decoder"):
+        found.add(0, f"run.json dataset.packed.pixels {pixels!r}: a pack of images decoded by {pixels!r} at staging, "
+                     f"read by a run whose decoder is {run.get('data_decoder')!r}")
     _trials(preset, dataset.get("classes"), replay, run_dir, found)
     return found
 

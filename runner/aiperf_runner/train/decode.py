@@ -26,8 +26,11 @@ so a half-scale decode would be enlarged again, and validation's 256-pixel side 
 Decoding only the crop's box (libjpeg-turbo's `jpeg_crop_scanline` and `jpeg_skip_scanlines`, which would
 need a compiled extension) saves too little to be worth one: bench/jpeg_roi.c measured the box 1.15-1.23x
 faster than the whole image (1,000 files, one core; the entropy decoding above the box is still done), so an
-estimated 1.75x for the training path in all, short of the 2x the data path aims at. torchvision deprecates
-its decoders from 0.29 in favour of TorchCodec's; they still ship.
+estimated 1.75x for the training path in all. What does reach past 2x is not decoding in the run at all: a
+pixel pack (`stage --decoded`, data/shards.py) holds `tensor_pixels`' output, which `tensor_from_pixels`
+gives back as the very tensor `decode_rgb` made, and the training path from it is 5.1x the `pil` path from
+files per core (bench/data_path.py --packed), for about 6.4 times the disk. torchvision deprecates its
+decoders from 0.29 in favour of TorchCodec's; they still ship.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from torchvision.transforms.v2 import functional as TF
 
 from aiperf_runner.rundir.config import DATA_DECODERS, DECODER_ENV, DEFAULT_DATA_DECODER
 
-__all__ = ["DATA_DECODERS", "decode_rgb", "default_decoder", "pil_rgb_image", "read_rgb", "tensor_transforms"]
+__all__ = ["DATA_DECODERS", "decode_rgb", "default_decoder", "pil_from_pixels", "pil_pixels", "pil_rgb_image", "read_rgb",
+           "tensor_from_pixels", "tensor_pixels", "tensor_transforms"]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SCALE = (0.08, 1.0)  # torchvision's RandomResizedCrop defaults
@@ -78,6 +82,34 @@ def pil_rgb_image(data: bytes | memoryview) -> Any:
 
     with Image.open(io.BytesIO(data)) as img:
         return img.convert("RGB")
+
+
+def pil_pixels(data: bytes) -> tuple[bytes, int, int]:
+    """The `pil` decoder's image of a file's bytes as a pixel pack stores it (data/shards.py, `stage
+    --decoded`): (H x W x 3 RGB bytes, height, width)."""
+    img = pil_rgb_image(data)
+    return img.tobytes(), img.height, img.width
+
+
+def pil_from_pixels(data: bytes | bytearray, height: int, width: int) -> Any:
+    """A pixel pack's image as the `pil` decoder's loader returns it (PIL's RGB image)."""
+    from PIL import Image
+
+    return Image.frombytes("RGB", (width, height), bytes(data))
+
+
+def tensor_pixels(data: bytes) -> tuple[bytes, int, int]:
+    """The `tensor` decoder's image of a file's bytes as a pixel pack stores it (data/shards.py, `stage
+    --decoded`): (H x W x 3 RGB bytes, height, width)."""
+    image = decode_rgb(data)
+    return image.permute(1, 2, 0).contiguous().numpy().tobytes(), int(image.shape[1]), int(image.shape[2])
+
+
+def tensor_from_pixels(data: bytes | bytearray, height: int, width: int) -> torch.Tensor:
+    """A pixel pack's image as `decode_rgb` returns it: a uint8 (3, H, W) view of the interleaved pixels (the
+    layout libjpeg-turbo's output has too), over a private copy of the bytes."""
+    buffer = data if isinstance(data, bytearray) else bytearray(data)
+    return torch.frombuffer(buffer, dtype=torch.uint8).view(height, width, 3).permute(2, 0, 1)
 
 
 def read_rgb(path: str) -> torch.Tensor:
