@@ -21,6 +21,9 @@ def test_preflight_measures_and_predicts_from_its_measurements():
     assert out["torch_import_s"] > 0 and trial["first_step_s"] > 0 and trial["images_per_s"] > 0
     assert trial["precision"] == "fp32" and out["device"] == "cpu"  # auto: fp32 without a GPU
     assert set(decode["per_core"]) == {"tensor", "pil"} and min(decode["per_core"].values()) > 0
+    assert set(decode["per_core_decoded"]) == {"tensor", "pil"} and out["decoded"] is False
+    # nothing left to decode: every decoder's loader is faster from its pixel pack
+    assert all(decode["per_core_decoded"][name] > rate for name, rate in decode["per_core"].items())
     assert decode["source"] == "made here" and decode["images"] == 8 and decode["mean_bytes"] > 20_000
     assert out["data_images_per_s"] == pytest.approx(decode["per_core"][out["decoder"]] * out["loader_cores"])
     node = min(out["compute_images_per_s"], out["data_images_per_s"])
@@ -36,9 +39,12 @@ def test_preflight_reads_a_sites_own_images_and_says_so_in_text(tmp_path):
         folder = tmp_path / "train" / f"c{i}"
         folder.mkdir(parents=True)
         Image.fromarray(rng.integers(0, 255, (64, 80, 3), dtype=np.uint8)).save(folder / "a.jpg", quality=90)
-    done = cli("preflight", "--preset", "cifar", "--steps", "1", "--decode-seconds", "0.2", "--data", str(tmp_path))
+    done = cli("preflight", "--preset", "cifar", "--steps", "1", "--decode-seconds", "0.2", "--data", str(tmp_path),
+               "--decoded")
     assert done.returncode == 0, done.stderr
     assert "3 JPEGs" in done.stdout and str(tmp_path) in done.stdout
+    assert "from a pixel pack of them (stage --decoded): tensor" in done.stdout
+    assert "cores, from a pixel pack (stage --decoded))" in done.stdout
     assert "limited by" in done.stdout and "expected score:" in done.stdout
 
 

@@ -36,11 +36,14 @@ def preflight_cmd(
                                                                                     "timed.")] = 3.0,
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes the run will use (the prediction scales "
                                                               "linearly: an assumption).")] = 1,
+    decoded: Annotated[bool, typer.Option("--decoded", help="Predict for data staged decoded (stage --decoded: "
+                                                           "the loaders do not decode).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
     """Measure this node and predict a run: torch's import time, the preset's seed trial on the node's device
-    (time to its first step, images/s), training-transform images/s per CPU core for each decoder, the node's
-    expected training rate (the slower of its devices and its CPUs) and a score range for --nodes such nodes."""
+    (time to its first step, images/s), training-transform images/s per CPU core for each decoder (from the
+    JPEGs, and from a pixel pack of them), the node's expected training rate (the slower of its devices and its
+    CPUs) and a score range for --nodes such nodes."""
     import torch
 
     from aiperf_runner.data.presets import PresetError, get_preset
@@ -71,8 +74,8 @@ def preflight_cmd(
         out["decode"] = pf.decode_rates(DATA_DECODERS, p.name, p.image_size, data, images, decode_seconds)
         # A GPU node keeps a core per device for its training process; the rest decode.
         loader_cores = max(1, out["cores"] - devices) if cuda else out["cores"]
-        feed = out["decode"]["per_core"][decoder] * loader_cores
-        out.update(decoder=decoder, loader_cores=loader_cores, data_images_per_s=feed)
+        feed = out["decode"]["per_core_decoded" if decoded else "per_core"][decoder] * loader_cores
+        out.update(decoder=decoder, decoded=decoded, loader_cores=loader_cores, data_images_per_s=feed)
         node = min(compute, feed)
     out["node_images_per_s"] = node
     out["limited_by"] = "data" if node < compute else "compute"
@@ -96,10 +99,13 @@ def text(d: dict[str, Any]) -> str:
     ]
     if "decode" in d:
         per_core = ", ".join(f"{name} {rate:.0f}" for name, rate in d["decode"]["per_core"].items())
+        decoded = ", ".join(f"{name} {rate:.0f}" for name, rate in d["decode"]["per_core_decoded"].items())
+        source = "a pixel pack (stage --decoded)" if d["decoded"] else "the JPEGs"
         lines += [f"decoding:        images/s per core of the training transform: {per_core} "
                   f"({d['decode']['images']} JPEGs, {d['decode']['mean_bytes'] / 1024:.0f} kB mean, "
-                  f"{d['decode']['source']})",
-                  f"data feed:       {d['data_images_per_s']:.0f} images/s ({d['decoder']} on {d['loader_cores']} cores)"]
+                  f"{d['decode']['source']}); from a pixel pack of them (stage --decoded): {decoded}",
+                  f"data feed:       {d['data_images_per_s']:.0f} images/s ({d['decoder']} on {d['loader_cores']} "
+                  f"cores, from {source})"]
     lines += [f"node rate:       {d['node_images_per_s']:.1f} images/s, limited by {d['limited_by']}",
               f"expected score:  {format_ops(d['score_ops'][0])} - {format_ops(d['score_ops'][1])} on {d['nodes']} node(s)",
               "assumptions:"]

@@ -149,19 +149,39 @@ def sample_images(root: Path, n: int) -> list[str]:
     return found
 
 
-def training_transform(decoder: str, dataset: str, image_size: int) -> Callable[[str], torch.Tensor]:
+def training_transform(decoder: str, dataset: str, image_size: int,
+                       decoded: bool = False) -> Callable[[str], torch.Tensor]:
     """A path -> the augmented uint8 image, as a data-loading worker of `dataset` (cifar, imagenet) makes it
-    with `decoder` (data.py `folder_decoding`, the trials' own choice of transforms and loader)."""
+    with `decoder` (data.py `folder_decoding`, the trials' own choice of transforms and loader). `decoded`: as
+    it makes it from a pixel pack (`stage --decoded`): the image decoded here beforehand, its pixels copied
+    out of memory (as from a shard's memory map) and given to the same transform."""
+    from . import decode
     from .data import DataSpec, folder_decoding
 
     train, _val, load = folder_decoding(DataSpec(dataset, 0, image_size, decoder=decoder))
-    return lambda path: train(load(path))
+    if not decoded:
+        return lambda path: train(load(path))
+    stage, unpack = (decode.pil_pixels, decode.pil_from_pixels) if decoder == "pil" else \
+        (decode.tensor_pixels, decode.tensor_from_pixels)
+    pixels: dict[str, tuple[bytes, int, int]] = {}
+
+    def from_pixels(path: str) -> torch.Tensor:
+        if path not in pixels:
+            pixels[path] = stage(Path(path).read_bytes())
+        data, height, width = pixels[path]
+        return cast(torch.Tensor, train(unpack(bytes(data), height, width)))
+
+    return from_pixels
 
 
-def decode_rate(decoder: str, dataset: str, image_size: int, files: list[str], seconds: float) -> float:
+def decode_rate(decoder: str, dataset: str, image_size: int, files: list[str], seconds: float,
+                decoded: bool = False) -> float:
     """Training-transform images/s of one CPU core (one torch thread, this process) with `decoder`: the file
-    read, decoded and augmented as a data-loading worker does it."""
-    transform = training_transform(decoder, dataset, image_size)
+    read, decoded and augmented as a data-loading worker does it (`decoded`: read from a pixel pack)."""
+    transform = training_transform(decoder, dataset, image_size, decoded)
+    if decoded:
+        for path in files:  # decoded before the clock, as staging does
+            transform(path)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -179,12 +199,14 @@ def decode_rate(decoder: str, dataset: str, image_size: int, files: list[str], s
 
 def decode_rates(decoders: tuple[str, ...], dataset: str, image_size: int, data: Path | None, images: int,
                  seconds: float) -> dict[str, Any]:
-    """Each decoder's images/s per core on the site's images (`data`) or on JPEGs made here."""
+    """Each decoder's images/s per core on the site's images (`data`) or on JPEGs made here: `per_core` from
+    the files, `per_core_decoded` from a pixel pack of them (`stage --decoded`)."""
     with tempfile.TemporaryDirectory(prefix="aiperf-preflight-") as tmp:
         files = sample_images(data, images) if data is not None else make_jpegs(Path(tmp), images)
         if not files:
             raise FileNotFoundError(f"no JPEG files under {data}")
         size = sum(Path(f).stat().st_size for f in files) / len(files)
         rates = {name: decode_rate(name, dataset, image_size, files, seconds) for name in decoders}
+        decoded = {name: decode_rate(name, dataset, image_size, files, seconds, decoded=True) for name in decoders}
     return {"images": len(files), "mean_bytes": size, "source": str(data) if data else "made here",
-            "per_core": rates}
+            "per_core": rates, "per_core_decoded": decoded}
