@@ -408,8 +408,11 @@ class ShardReader:
     def _map(self, shard: int) -> mmap.mmap:
         m = self._maps.get(shard)
         if m is None:
+            # A pixel pack's map is copy-on-write, so that its images can be handed out as writable views
+            # (torch.frombuffer) without a copy; nothing ever reaches the file.
+            access = mmap.ACCESS_COPY if self.pixels else mmap.ACCESS_READ
             with open(self.root / self._shard_names[shard], "rb") as fh:
-                m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                m = mmap.mmap(fh.fileno(), 0, access=access)
             self._maps[shard] = m
         return m
 
@@ -418,9 +421,12 @@ class ShardReader:
         row = self.table[i]
         return int(row[4]), int(row[5])
 
-    def read(self, i: int) -> tuple[bytes, int]:
-        """Image `i`'s file bytes (a pixel pack's: its pixels) and class number."""
+    def read(self, i: int) -> tuple[bytes | memoryview, int]:
+        """Image `i`'s file bytes and class number; a pixel pack's pixels as a writable view of its shard's
+        map, not a copy (only the pages a crop touches are then read)."""
         if not 0 <= i < self._n:
             raise IndexError(f"image {i} of {self._n}")
         shard, offset, length, target = (int(v) for v in self.table[i][:_COLUMNS])
+        if self.pixels:
+            return memoryview(self._map(shard))[offset:offset + length], target
         return self._map(shard)[offset:offset + length], target

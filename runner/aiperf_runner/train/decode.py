@@ -28,7 +28,7 @@ need a compiled extension) saves too little to be worth one: bench/jpeg_roi.c me
 faster than the whole image (1,000 files, one core; the entropy decoding above the box is still done), so an
 estimated 1.75x for the training path in all. What does reach past 2x is not decoding in the run at all: a
 pixel pack (`stage --decoded`, data/shards.py) holds `tensor_pixels`' output, which `tensor_from_pixels`
-gives back as the very tensor `decode_rgb` made, and the training path from it is 5.1x the `pil` path from
+gives back as the very tensor `decode_rgb` made, and the training path from it is 6.2x the `pil` path from
 files per core (bench/data_path.py --packed), for about 6.4 times the disk. torchvision deprecates its
 decoders from 0.29 in favour of TorchCodec's; they still ship.
 """
@@ -91,7 +91,7 @@ def pil_pixels(data: bytes) -> tuple[bytes, int, int]:
     return img.tobytes(), img.height, img.width
 
 
-def pil_from_pixels(data: bytes | bytearray, height: int, width: int) -> Any:
+def pil_from_pixels(data: bytes | bytearray | memoryview, height: int, width: int) -> Any:
     """A pixel pack's image as the `pil` decoder's loader returns it (PIL's RGB image)."""
     from PIL import Image
 
@@ -105,10 +105,12 @@ def tensor_pixels(data: bytes) -> tuple[bytes, int, int]:
     return image.permute(1, 2, 0).contiguous().numpy().tobytes(), int(image.shape[1]), int(image.shape[2])
 
 
-def tensor_from_pixels(data: bytes | bytearray, height: int, width: int) -> torch.Tensor:
+def tensor_from_pixels(data: bytes | bytearray | memoryview, height: int, width: int) -> torch.Tensor:
     """A pixel pack's image as `decode_rgb` returns it: a uint8 (3, H, W) view of the interleaved pixels (the
-    layout libjpeg-turbo's output has too), over a private copy of the bytes."""
-    buffer = data if isinstance(data, bytearray) else bytearray(data)
+    layout libjpeg-turbo's output has too); over `data` itself when it is writable (a pixel pack's
+    copy-on-write map, data/shards.py), else over a copy."""
+    writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
+    buffer = data if writable else bytearray(data)
     return torch.frombuffer(buffer, dtype=torch.uint8).view(height, width, 3).permute(2, 0, 1)
 
 

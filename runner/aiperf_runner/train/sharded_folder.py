@@ -21,13 +21,13 @@ from aiperf_runner.data import shards
 from . import decode
 
 
-def bytes_loader(decoder: str) -> Callable[[bytes], Any]:
+def bytes_loader(decoder: str) -> Callable[[bytes | memoryview], Any]:
     """The decoder's loader of an image's bytes: `pil` PIL's RGB image (torchvision's pil_loader), `tensor`
     a uint8 tensor (decode.py `decode_rgb`, what `read_rgb` does with a file)."""
     return decode.pil_rgb_image if decoder == "pil" else decode.decode_rgb
 
 
-def pixels_loader(decoder: str) -> Callable[[bytes, int, int], Any]:
+def pixels_loader(decoder: str) -> Callable[[bytes | memoryview, int, int], Any]:
     """The decoder's loader of a pixel pack's image (bytes, height, width): what `bytes_loader` returns."""
     return decode.pil_from_pixels if decoder == "pil" else decode.tensor_from_pixels
 
@@ -37,7 +37,7 @@ class ShardedImageFolder(torch.utils.data.Dataset):
     (transform(image), class)) over one split of a pack."""
 
     def __init__(self, root: str | Path, split: str, transform: Any = None,
-                 loader: Callable[[bytes], Any] = decode.decode_rgb, manifest: dict[str, Any] | None = None) -> None:
+                 loader: Callable[[bytes | memoryview], Any] = decode.decode_rgb, manifest: dict[str, Any] | None = None) -> None:
         """`loader`: the decoder's `bytes_loader`; a pixel pack's images are loaded by its decoder's
         `pixels_loader` instead."""
         self.reader = shards.ShardReader(root, split, manifest)
