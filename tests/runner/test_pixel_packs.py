@@ -17,6 +17,7 @@ from aiperf_runner.data.presets import get_preset
 from aiperf_runner.spec import presetfacts
 from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.verify import verify
+from aiperf_runner.train.decode import tensor_from_pixels
 from typer.testing import CliRunner
 
 from devdata.runfactory import DEFAULT_DATASET, make_run
@@ -74,6 +75,12 @@ def test_a_pixel_packs_index_and_manifest_are_checked(tmp_path: Path) -> None:
     assert table.shape == (6, 6) and list(table[0, 4:]) == [20, 30]
     reader = shards.ShardReader(pack, "train")
     assert reader.pixels == "pil" and reader.shape(2) == (22, 30) and len(reader.read(2)[0]) == 22 * 30 * 3
+    view, _target = reader.read(2)  # a writable view of the shard's map, not a copy ...
+    assert isinstance(view, memoryview) and not view.readonly
+    before = (pack / "train-00000.shard").read_bytes()
+    tensor_from_pixels(view, 22, 30).fill_(7)  # ... and copy-on-write: what a loader does to it never reaches the pack
+    assert bytes(view[:3]) == b"\x07\x07\x07" and (pack / "train-00000.shard").read_bytes() == before
+    shards.verify(pack, full=True)
     swapped = table.copy()
     swapped[0, 4], swapped[0, 5] = 30, 21  # 630 pixels, not the 600 the bytes hold
     _rewrite_index(pack, "train", swapped)

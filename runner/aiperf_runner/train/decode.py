@@ -108,7 +108,9 @@ def tensor_pixels(data: bytes) -> tuple[bytes, int, int]:
 def tensor_from_pixels(data: bytes | bytearray | memoryview, height: int, width: int) -> torch.Tensor:
     """A pixel pack's image as `decode_rgb` returns it: a uint8 (3, H, W) view of the interleaved pixels (the
     layout libjpeg-turbo's output has too); over `data` itself when it is writable (a pixel pack's
-    copy-on-write map, data/shards.py), else over a copy."""
+    copy-on-write map, data/shards.py), else over a copy. The transforms never write into their input: a
+    write would stay in this process's copy of the page and change what the next epoch reads (the batches of
+    two epochs against the tree's: tests/train/test_sharded_folder.py)."""
     writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
     buffer = data if writable else bytearray(data)
     return torch.frombuffer(buffer, dtype=torch.uint8).view(height, width, 3).permute(2, 0, 1)
