@@ -52,9 +52,10 @@ Measured on a 2-CPU machine (Xeon, AVX-512; torch 2.14, torchvision 0.29, Pillow
   stage 176.2 MB into 2 shards in 0.42 s (422 MB/s, 2 threads); images per CPU-second files -> pack:
   read 31,972 -> 74,572 (2.33x); read + decode + train pil 421 -> 418 (0.99x), tensor 618 -> 637 (1.03x)
 
---packed --images 1000 --rounds 3 with the pixel packs (a 2-CPU Xeon): staged decoded in 0.83 s (tensor,
-568 MB against 88.6 MB); read + train per CPU-second, files -> pixel pack: pil 535 -> 1,118 (2.09x), tensor
-751 -> 3,310 (4.41x); today's path (pil, files) -> the pixel pack (tensor): 6.19x
+--packed --images 2000 --rounds 3 with the pixel packs (a 2-CPU Xeon): staged decoded in 1.69 s (tensor,
+1,186 images/s on 2 threads; 1,131 MB against 176 MB); read + train per CPU-second, files -> pixel pack:
+pil 517 -> 1,110 (2.15x), tensor 753 -> 3,218 (4.27x); today's path (pil, files) -> the pixel pack (tensor):
+6.23x (--images 1000: 6.19x)
 """
 
 from __future__ import annotations
