@@ -203,29 +203,39 @@ def test_a_best_accuracy_logged_higher_than_its_checkpoint_fails_audit_best(tria
 
 
 def _trained_on_the_validation_images(trial: dict[str, Any], dest: Path) -> float:
-    """The trial's model trained on the public validation split (a site tuning to the images it is judged
-    on); its weights saved at `dest`; its accuracy on those images."""
+    """The trial's architecture fitted to the public validation split alone, from a fresh start, until it
+    knows every image (a site tuning to the images it is judged on); its weights saved at `dest`; its accuracy
+    on those images.
+
+    From a fresh start, not from the trial's weights: fine-tuned, a trial that already generalises well gains
+    little on images it has not seen, and how well it generalises depends on how many epochs a busy machine
+    gave the fixture's short run (one CI run's fine-tuned model reached 0.974 on the public images and 0.9615
+    on the private split, inside the tolerance). Fitted to the 2,000 public images alone, it reaches 1.000 on
+    them and about 0.955 on the private split (measured), a gap of about twice the tolerance."""
     from aiperf_runner.train.data import DataSpec, build_data
     from aiperf_runner.train.precision import setup_precision
     from aiperf_runner.train.trial import evaluate
-    from aiperf_runner.train.weights import load_weights
 
     spec = DataSpec.from_trial(json.loads((trial["dir"] / "trial.json").read_text()))
     graph = Graph.from_json(json.loads((trial["dir"] / "graph.json").read_text()))
-    model = build_module(graph, num_classes=spec.num_classes)
-    model.load_state_dict(load_weights(trial["weights"]))
-    data = build_data(spec, batch_size=64, shuffle_seed=0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     torch.manual_seed(0)
-    for _ in range(20):
+    model = build_module(graph, num_classes=spec.num_classes)
+    data = build_data(spec, batch_size=64, shuffle_seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    accuracy = 0.0
+    for epoch in range(1, 61):
         model.train()
         for images, labels in data.val:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(data.normalizer(images)), labels).backward()
             optimizer.step()
+        if epoch % 5 == 0:
+            totals = evaluate(model, data, setup_precision("fp32", torch.device("cpu")), torch.device("cpu")).tolist()
+            accuracy = totals[1] / totals[0]
+            if accuracy == 1.0:
+                break
     save_weights(model, dest)
-    totals = evaluate(model, data, setup_precision("fp32", torch.device("cpu")), torch.device("cpu")).tolist()
-    return totals[1] / totals[0]
+    return accuracy
 
 
 def test_rules_31_evaluate_smoke_on_a_private_split(trial, tmp_path, settings) -> None:
@@ -242,9 +252,11 @@ def test_rules_31_evaluate_smoke_on_a_private_split(trial, tmp_path, settings) -
 
     tuned = tmp_path / "tuned.safetensors"
     on_public = _trained_on_the_validation_images(trial, tuned)
+    assert on_public >= 0.995, on_public  # the forgery itself: the public images all but learnt by heart
     logged = {**trial["logged"], "sha256": sha256(tuned), "val_accuracy": on_public}
     public = audit.evaluate(trial["dir"], tuned, None, "smoke")
     assert abs(public["accuracy"] - on_public) < 0.002  # the public images confirm what it logged
     private = audit.evaluate(trial["dir"], tuned, None, "smoke", True)
+    print(f"fitted to the public images: {on_public:.4f} there, {private['accuracy']:.4f} on the private split")
     checks = {c["name"]: c for c in audit.trial_checks("t", tuned, logged, private, "3.1")}
     assert failed(checks) == {"audit.accuracy"}, (on_public, private["accuracy"], checks)
