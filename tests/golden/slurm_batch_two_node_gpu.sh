@@ -33,7 +33,7 @@ export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_fi
 # One torchrun per node; they meet at a c10d rendezvous on the job's first node.
 head_node=$(head -n 1 "$nodes_file")
 head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
-rdzv_port=$((29500 + SLURM_JOB_ID % 10000))
+rdzv_port=$((20000 + SLURM_JOB_ID % 10000))
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 --gres=gpu:4 \
     bash -c 'source local/slurm-prologue.sh && exec "$@"' aiperf-prologue apptainer exec --nv /images/aiperf.sif \
     "${AIPERF_TRIAL_PYTHON:-${AIPERF_PYTHON:-python3}}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \

@@ -27,7 +27,7 @@ export AIPERF_TRIAL=t0007 AIPERF_ATTEMPT=2 AIPERF_NODES="$(paste -sd, "$nodes_fi
 # One torchrun per node; they meet at a c10d rendezvous on the job's first node.
 head_node=$(head -n 1 "$nodes_file")
 head_addr=$("${AIPERF_PYTHON:-python3}" -m aiperf_runner.util.ifaddr ib0) || exit 2
-rdzv_port=$((29500 + SLURM_JOB_ID % 10000))
+rdzv_port=$((20000 + SLURM_JOB_ID % 10000))
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 --gres=gpu:4 \
     "${AIPERF_PYTHON:-python3}" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=4 \
     --rdzv-backend=c10d --rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port" --rdzv-id="$SLURM_JOB_ID" \

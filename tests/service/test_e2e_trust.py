@@ -408,7 +408,9 @@ def unwitnessed_copy(honest: Path, dest: Path, distinct: bool = True) -> Path:
     """The honest log as a forger must start from: a run id is accepted once, so a new one, and without
     the token and receipts (bound to the honest run id): an unwitnessed log, open division at best.
     `distinct`: the epoch times moved by a few microseconds, so that it is not a copy of the honest log's
-    epochs (a forger would; integrity.duplicate catches the copy otherwise)."""
+    epochs (a forger would; integrity.duplicate catches the copy otherwise), never past the line's own time
+    (an AIPerf-LLM train_end is written milliseconds after its training ended, and a training that ended after
+    its line fails integrity.lifecycle: a local CI run drew a shift past that gap)."""
     path = Path(shutil.copytree(honest, dest))
     new_id = secrets.token_hex(16)
     run = json.loads((path / "run.json").read_text())
@@ -423,8 +425,10 @@ def unwitnessed_copy(honest: Path, dest: Path, distinct: bool = True) -> Path:
         events[0]["run_id"] = new_id
         for e in events:
             if distinct and e["type"] in ("epoch_end", "train_end"):  # train_end: an AIPerf-LLM run's
-                e["started_at"] += shift
-                e["ended_at"] += shift
+                slack = e.get("t", e["ended_at"]) - e["ended_at"]
+                moved = min(shift, slack / 2) if slack > 0 else shift
+                e["started_at"] += moved
+                e["ended_at"] += moved
         return events
     rewrite_events(path, strip)
     return path

@@ -114,6 +114,8 @@ def test_a_two_node_slot_is_one_step_with_torchrun_on_each_node(two_node: Path, 
         assert (markers / f"prologue.t0000.1.{node}").read_text().strip() == "n1,n2"
         wrapped = (markers / f"wrap.t0000.1.{node}").read_text()
         assert "torch.distributed.run --nnodes=2" in wrapped and "--rdzv-endpoint=127.0.0.1:" in wrapped, wrapped
+        port = int(wrapped.split("--rdzv-endpoint=127.0.0.1:", 1)[1].split()[0])
+        assert 20000 <= port < 30000, port  # below Linux's ephemeral ports (script.py RDZV_PORT_BASE)
     assert (run_dir / "trials" / "t0000" / "out" / "done").exists()
 
 

@@ -15,7 +15,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-RDZV_PORT_BASE = 29500
+# The multi-node rendezvous ports, 20000-29999: below Linux's default ephemeral range (32768-60999), where a
+# busy node's own outgoing connections (and their TIME_WAIT) can hold the port a trial's store must bind. A
+# local CI run drew 36358 (29500 + a hash, the range before) while another test stream's connections churned,
+# and both torchruns waited as clients on a store nobody served, as when another socket holds the port.
+RDZV_PORT_BASE = 20000
+RDZV_PORTS = 10000
 # A memory option of the site's own (`--mem-bind` is not one): then no `--mem=0` of ours.
 SITE_MEMORY = re.compile(r"\s*--mem(?:-per-(?:cpu|gpu))?(?:[=\s]|$)")
 
@@ -170,7 +175,7 @@ def _multi_node_lines(argv: list[str], words: list[str], trial_py: str, devices_
     else:  # NodeAddr where the SLURM client is there (containers may lack it), else the node's name.
         lines.append("head_addr=$(scontrol show node \"$head_node\" -o 2>/dev/null | tr ' ' '\\n' | "
                      "sed -n 's/^NodeAddr=//p')")
-    lines.append(f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 10000))")
+    lines.append(f"rdzv_port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORTS}))")
     if len(argv) >= 3 and argv[1] == "-m":
         # torchrun's parser would take the program's `--nproc` for an abbreviation of its own
         # --nproc-per-node; under torchrun the program takes torchrun's process count anyway.

@@ -55,10 +55,8 @@ from .handle import StepHandle
 from .launcher import Launcher
 from .options import SlurmStepsOptions
 from .placement import apply_probe, run_probe
-from .script import drop_option, job_argv
+from .script import RDZV_PORT_BASE, RDZV_PORTS, drop_option, job_argv
 from .warm import STOP_GRACE_S, WarmHandle, WarmStarts, trial_module
-
-RDZV_PORT_BASE = 29500
 
 
 def cpus_per_node(spec: str, nodes: int) -> list[int]:
@@ -189,7 +187,7 @@ class SlurmStepsBackend(Backend):
             argv = [python, *argv[1:]]
         if k == 1 or len(argv) < 3 or argv[1] != "-m":
             return [*srun, *prefix, *argv]
-        port = RDZV_PORT_BASE + zlib.crc32(f"{spec.trial_id}.{spec.attempt}".encode()) % 10000
+        port = RDZV_PORT_BASE + zlib.crc32(f"{spec.trial_id}.{spec.attempt}".encode()) % RDZV_PORTS
         return [*srun, *prefix, python, "-m", "torch.distributed.run", f"--nnodes={k}",
                 f"--nproc-per-node={slot.devices_per_node}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={self.rdzv_addr(slot.nodes[0])}:{port}",
