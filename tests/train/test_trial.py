@@ -250,6 +250,9 @@ def test_detect_srun(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (d.rank, d.world_size, d.local_rank, d.local_world_size, d.master_addr, d.source) == \
         (5, 8, 1, 4, "gpu01", "slurm")
     assert d.master_port == detect_dist_env(dict(env, SLURM_PROCID="0")).master_port  # same on every task
+    # below Linux's ephemeral ports, for any job and step (distenv.py _slurm_port)
+    assert all(20000 <= detect_dist_env(dict(env, SLURM_JOB_ID=str(job), SLURM_STEP_ID=str(step))).master_port < 30000
+               for job in (1, 1234, 987_654_321) for step in (0, 7, 4294967))
     d = detect_dist_env(dict(env, MASTER_ADDR="10.0.0.1", MASTER_PORT="29500"))
     assert (d.master_addr, d.master_port) == ("10.0.0.1", 29500)
 

@@ -59,9 +59,11 @@ def _slurm_node_addr(node: str) -> str:
 
 
 def _slurm_port(env: dict[str, str]) -> int:
+    """The store's port of an srun step's tasks (no torchrun): 20000-29999, as the SLURM backends' rendezvous,
+    below Linux's default ephemeral ports (32768-60999), which the node's own connections may hold."""
     job = int(env.get("SLURM_JOB_ID", "0") or 0)
     step = int(env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "0")) or 0)
-    return 20000 + (job * 31 + step) % 20000
+    return 20000 + (job * 31 + step) % 10000
 
 
 def detect_dist_env(env: dict[str, str] | None = None) -> DistEnv | None:
