@@ -52,13 +52,11 @@ def _options(data: Path | None, to: str, shard_mb: int, workers: int, verify_onl
 def pixel_decoder(name: str) -> Any:
     """data/shards.py's PixelDecoder of the run decoder `name` (train/decode.py, which imports torch)."""
     from aiperf_runner.data.shards import PixelDecoder
-    from aiperf_runner.rundir.config import DATA_DECODERS
+    from aiperf_runner.train.decode import PIXEL_CODECS
 
-    if name not in DATA_DECODERS:
-        raise AiperfError(f"--decoder {name!r}: one of {', '.join(DATA_DECODERS)}")
-    from aiperf_runner.train import decode
-
-    return PixelDecoder(name, decode.pil_pixels if name == "pil" else decode.tensor_pixels)
+    if name not in PIXEL_CODECS:
+        raise AiperfError(f"--decoder {name!r}: one of {', '.join(PIXEL_CODECS)}")
+    return PixelDecoder(name, PIXEL_CODECS[name][0])
 
 
 def copy_manifest(pack: Path, target: Path) -> None:
@@ -177,8 +175,9 @@ def stage_cmd(
 ) -> None:
     """Pack an ImageFolder data set into a few large shards with a manifest on node-local storage (or verify a
     pack there), before a run: then `run --data LOCAL` reads the shards. A pack already at --to is verified,
-    not rewritten. --decoded stores the images decoded, so the run's loaders do not decode. With --workload llm: AIPerf-LLM's token shards (byte-level shards of text, or the manifest of
-    llm.c shards a site has) for `run --workload llm --preset llm|llm-bytes --data DIR`."""
+    not rewritten. --decoded stores the images decoded, so the run's loaders do not decode. With --workload
+    llm: AIPerf-LLM's token shards (byte-level shards of text, or the manifest of llm.c shards a site has) for
+    `run --workload llm --preset llm|llm-bytes --data DIR`."""
     if workload == "llm":
         if slurm or manifest_to is not None or decoded or decoder is not None:
             raise AiperfError("--slurm, --manifest-to, --decoded and --decoder are for image packs: token shards are "

@@ -19,7 +19,7 @@ from aiperf_runner.data.presets import Preset, get_preset
 from aiperf_runner.run.heartbeats import ask_token
 from aiperf_runner.rundir import privacy
 from aiperf_runner.rundir.config import DECODER_ENV, DEFAULT_DATA_DECODER, ControllerError, RunConfig
-from aiperf_runner.spec import SPEC_VERSION
+from aiperf_runner.spec import SPEC_VERSION, presetfacts
 from aiperf_runner.spec.rules import RULES_VERSION
 from aiperf_runner.util import sysinfo
 
@@ -40,9 +40,8 @@ def resolve_preset_defaults(config: RunConfig) -> Preset:
 
 def check_pixels(config: RunConfig, dataset: dict[str, Any]) -> None:
     """A pixel pack (`stage --decoded`) holds one decoder's images: the run must decode with that one."""
-    packed = dataset.get("packed")
-    pixels = packed.get("pixels") if isinstance(packed, dict) else None
-    if pixels and pixels != config.data_decoder:
+    if presetfacts.pixel_pack_problem(dataset, config.data_decoder):
+        pixels = dataset["packed"]["pixels"]
         raise ControllerError(f"--data {config.data} holds images decoded by {pixels} at staging, but this run "
                               f"decodes with {config.data_decoder}: set {DECODER_ENV}={pixels}, or stage the data "
                               "again")

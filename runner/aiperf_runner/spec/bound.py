@@ -57,10 +57,9 @@ def bound_findings(run: Mapping[str, Any], replay: Replay, run_dir: RunDir) -> F
         return found
     for problem in presetfacts.dataset_problems(preset, dataset):
         found.add(0, f"run.json {problem}")
-    pixels = _mapping(dataset.get("packed")).get("pixels")
-    if pixels is not None and pixels != run.get("data_decoder"):
-        found.add(0, f"run.json dataset.packed.pixels {pixels!r}: a pack of images decoded by {pixels!r} at staging, "
-                     f"read by a run whose decoder is {run.get('data_decoder')!r}")
+    pixels = presetfacts.pixel_pack_problem(dataset, run.get("data_decoder"))
+    if pixels:
+        found.add(0, f"run.json {pixels}")
     _trials(preset, dataset.get("classes"), replay, run_dir, found)
     return found
 

@@ -120,6 +120,17 @@ def dataset_problems(preset: PresetSpec, dataset: Mapping[str, Any]) -> list[str
     return out
 
 
+def pixel_pack_problem(dataset: Mapping[str, Any], decoder: Any) -> str | None:
+    """A pack of decoded pixels (`stage --decoded`: `dataset.packed.pixels`) holds one decoder's images; a run
+    reading it must decode with that one: what is wrong, or None."""
+    packed = dataset.get("packed")
+    pixels = packed.get("pixels") if isinstance(packed, Mapping) else None
+    if pixels is None or pixels == decoder:
+        return None
+    return f"dataset.packed.pixels {pixels!r}: a pack of images decoded by {pixels!r} at staging, read by a run " \
+           f"whose decoder is {decoder!r}"
+
+
 def _packed_problems(dataset: Mapping[str, Any]) -> list[str]:
     """A pack's record (data/shards.py): its manifest's digest, and its images, which are the data set's."""
     packed = dataset["packed"]

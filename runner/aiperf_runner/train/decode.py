@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,8 +47,8 @@ from torchvision.transforms.v2 import functional as TF
 
 from aiperf_runner.rundir.config import DATA_DECODERS, DECODER_ENV, DEFAULT_DATA_DECODER
 
-__all__ = ["DATA_DECODERS", "decode_rgb", "default_decoder", "pil_from_pixels", "pil_pixels", "pil_rgb_image", "read_rgb",
-           "tensor_from_pixels", "tensor_pixels", "tensor_transforms"]
+__all__ = ["DATA_DECODERS", "PIXEL_CODECS", "decode_rgb", "default_decoder", "pil_from_pixels", "pil_pixels",
+           "pil_rgb_image", "read_rgb", "tensor_from_pixels", "tensor_pixels", "tensor_transforms"]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SCALE = (0.08, 1.0)  # torchvision's RandomResizedCrop defaults
@@ -114,6 +115,12 @@ def tensor_from_pixels(data: bytes | bytearray | memoryview, height: int, width:
     writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
     buffer = data if writable else bytearray(data)
     return torch.frombuffer(buffer, dtype=torch.uint8).view(height, width, 3).permute(2, 0, 1)
+
+
+# decoder -> (a file's bytes -> its pixels as a pixel pack stores them, those pixels -> the decoder's loaded image)
+PIXEL_CODECS: dict[str, tuple[Callable[[bytes], tuple[bytes, int, int]],
+                              Callable[[bytes | bytearray | memoryview, int, int], Any]]] = {
+    "pil": (pil_pixels, pil_from_pixels), "tensor": (tensor_pixels, tensor_from_pixels)}
 
 
 def read_rgb(path: str) -> torch.Tensor:

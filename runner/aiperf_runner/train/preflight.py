@@ -153,23 +153,23 @@ def training_transform(decoder: str, dataset: str, image_size: int,
                        decoded: bool = False) -> Callable[[str], torch.Tensor]:
     """A path -> the augmented uint8 image, as a data-loading worker of `dataset` (cifar, imagenet) makes it
     with `decoder` (data.py `folder_decoding`, the trials' own choice of transforms and loader). `decoded`: as
-    it makes it from a pixel pack (`stage --decoded`): the image decoded here beforehand, its pixels copied
-    out of memory (as from a shard's memory map) and given to the same transform."""
-    from . import decode
+    it makes it from a pixel pack (`stage --decoded`): the image decoded here beforehand, its pixels handed
+    over as a writable view (as a shard's copy-on-write map hands them) to the same transform."""
     from .data import DataSpec, folder_decoding
+    from .decode import PIXEL_CODECS
 
     train, _val, load = folder_decoding(DataSpec(dataset, 0, image_size, decoder=decoder))
     if not decoded:
         return lambda path: train(load(path))
-    stage, unpack = (decode.pil_pixels, decode.pil_from_pixels) if decoder == "pil" else \
-        (decode.tensor_pixels, decode.tensor_from_pixels)
-    pixels: dict[str, tuple[bytes, int, int]] = {}
+    stage, unpack = PIXEL_CODECS[decoder]
+    pixels: dict[str, tuple[bytearray, int, int]] = {}
 
     def from_pixels(path: str) -> torch.Tensor:
         if path not in pixels:
-            pixels[path] = stage(Path(path).read_bytes())
-        data, height, width = pixels[path]
-        return cast(torch.Tensor, train(unpack(bytes(data), height, width)))
+            raw, h, w = stage(Path(path).read_bytes())
+            pixels[path] = (bytearray(raw), h, w)
+        buffer, height, width = pixels[path]
+        return cast(torch.Tensor, train(unpack(memoryview(buffer), height, width)))
 
     return from_pixels
 

@@ -29,7 +29,7 @@ def bytes_loader(decoder: str) -> Callable[[bytes | memoryview], Any]:
 
 def pixels_loader(decoder: str) -> Callable[[bytes | memoryview, int, int], Any]:
     """The decoder's loader of a pixel pack's image (bytes, height, width): what `bytes_loader` returns."""
-    return decode.pil_from_pixels if decoder == "pil" else decode.tensor_from_pixels
+    return decode.PIXEL_CODECS[decoder][1]
 
 
 class ShardedImageFolder(torch.utils.data.Dataset):
