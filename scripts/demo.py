@@ -201,8 +201,8 @@ def main() -> None:
               f"rank:        none ({result['division']} division): {standing.get('text') or 'not on the live list'}")
         because = [r["check"] for r in result.get("not_official_because") or []]
         if because:
-            print(f"not official: {', '.join(because)} (a {result.get('division')} result: the demo is a short smoke "
-                  "run; the result page says why for each)")
+            print(f"not official: {', '.join(because)} (the demo is a short smoke run, so its result is in the "
+                  f"{result.get('division')} division; the result page says why for each)")
     if result.get("challenge"):
         print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
               f"{', '.join(result['challenge'])} re-evaluated by the service)")

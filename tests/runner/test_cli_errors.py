@@ -141,6 +141,15 @@ def test_real_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "missing"
     result = runner.invoke(app, ["verify", str(missing)])  # a UsageError
     assert (result.exit_code, result.stderr) == (2, f"error: {missing} does not exist\n")
+    # A directory that is not a run: one line that says so, not a table of failed checks.
+    not_a_run = tmp_path / "elsewhere"
+    not_a_run.mkdir()
+    result = runner.invoke(app, ["verify", str(not_a_run)])
+    assert (result.exit_code, result.stderr) == (2, f"error: {not_a_run} is not a run directory "
+                                                    "(no run.json, no events.jsonl)\n")
+    for command in ("status", "report"):
+        result = runner.invoke(app, [command, str(not_a_run)])
+        assert (result.exit_code, result.stderr) == (1, f"error: {not_a_run}: not a run directory (no run.json)\n")
     result = runner.invoke(app, ["pack", str(missing)])  # the site key's KeyFileError, from spec/
     assert result.exit_code == 1 and result.stderr.startswith("error: no private key at "), result.output
     result = runner.invoke(app, ["system", "list"])  # a Failure, in a subcommand

@@ -115,6 +115,8 @@ def verify(
         raise UsageError(f"unknown --rules-version {rules_version!r} (known: {', '.join(THRESHOLDS)})")
     if not path.exists():
         raise UsageError(f"{path} does not exist")
+    if path.is_dir() and not (path / "run.json").exists() and not (path / "events.jsonl").exists():
+        raise UsageError(f"{path} is not a run directory (no run.json, no events.jsonl)")
     key = None
     if pubkey is not None:
         try:

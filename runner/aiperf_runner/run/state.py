@@ -127,5 +127,9 @@ def load_scored(run_dir: str | Path, *, keep_epochs: bool = False) -> tuple[RunS
 
 
 def read_run_json(run_dir: str | Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((Path(run_dir) / "run.json").read_text())
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        # The errno text names a file; an operator who typed the wrong directory wants to hear that.
+        raise FileNotFoundError("not a run directory (no run.json)" if Path(run_dir).is_dir() else "does not exist")
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
