@@ -156,6 +156,27 @@ def test_the_list_fits_a_laptops_width(web, data, width):
     shot(web, f"list-open-{width}px")
 
 
+def test_no_public_page_scrolls_sideways_on_a_phone(web, data):
+    """At 400 px the page itself never scrolls sideways: wide tables scroll inside their own region."""
+    from leaderboard.models import Edition
+
+    result = Result.objects.live().order_by("-score_ops").first()
+    edition = Edition.objects.filter(frozen_at__isnull=False).first()
+    systems = list(System.objects.order_by("pk").values_list("pk", flat=True)[:3])
+    web.set_viewport_size({"width": 400, "height": 900})
+    paths = ["/", "/?division=open", "/editions/", f"/editions/{edition.name}/", "/statistics", "/methodology",
+             "/changes", "/apply", f"/results/{result.pk}", f"/systems/{result.system_id}",
+             f"/sites/{result.site_id}", f"/compare?systems={','.join(map(str, systems))}", "/my-site/"]
+    wide = []
+    for path in paths:
+        web.goto(path)
+        width = web.evaluate("document.documentElement.scrollWidth")
+        if width > 401:
+            wide.append((path, width))
+    assert not wide, wide
+    assert not web.errors, web.errors
+
+
 def test_result_page_charts_render(web, data):
     r = Result.objects.live().order_by("-trials_finished").first()
     web.goto(f"/results/{r.pk}")
