@@ -126,6 +126,17 @@ def test_a_withdrawn_result_cited_by_an_edition_stays_readable(client, demo_data
     assert re.search(r"In frozen editions: <a href=\"/editions/", html)
 
 
+def test_a_result_that_was_not_its_systems_best_in_an_edition_says_so(client, demo_data):
+    """An edition ranks each system's best: another result of the system there has no rank, only its place among all."""
+    demo_data(40)
+    entry = EditionEntry.objects.filter(rank__isnull=True, rank_all__isnull=False).select_related("edition").first()
+    assert entry is not None, "the demo's editions hold a system's second result"
+    html = client.get(f"/results/{entry.result_id}").content.decode()
+    line = html[html.index("In frozen editions:"):html.index("</p>", html.index("In frozen editions:"))]
+    assert "rank None" not in line
+    assert f"{entry.edition.name}</a> not its system's best there, #{entry.rank_all} among every result" in line
+
+
 def test_result_page_query_count_is_bounded(client, demo_data):
     demo_data(20)
     r = Result.objects.live().order_by("-trials_finished").first()
