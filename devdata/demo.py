@@ -12,7 +12,9 @@ How demo data is marked (the models have no flag of their own):
 - every demo site's `url` starts with DEMO_URL (an `.invalid` host, RFC 2606);
 - every demo result's `report` has `"demo": true` (the result page says so);
 - every demo edition's `notes` starts with DEMO_NOTE;
-- an official demo result's audit is `demo` (Result.Audit.DEMO): its figures have no work behind them to audit.
+- an official demo result's audit is `demo` (Result.Audit.DEMO): its figures have no work behind them to audit;
+- every demo run token (RunAttempt: a witnessed result's, or a run abandoned) has `"demo": true` in its statement
+  and no signature.
 `clear()` removes exactly those; `generate()` replaces any earlier demo data.
 """
 
@@ -31,6 +33,7 @@ import aiperf_runner
 from aiperf_runner.spec import SPEC_VERSION, peaks, scoring
 from aiperf_runner.spec import keys as spec_keys
 from aiperf_runner.spec import rules as spec_rules
+from aiperf_runner.spec import witness as spec_witness
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,6 +43,7 @@ from leaderboard.models import (
     Edition,
     Result,
     ResultSeries,
+    RunAttempt,
     Site,
     SiteKey,
     Submission,
@@ -110,6 +114,7 @@ def clear() -> int:
         model.objects.filter(result__in=results).delete()
     translog.record_removed(list(results.values_list("pk", flat=True)), "removed", "demo data replaced")
     results.only("pk").delete()
+    RunAttempt.objects.filter(site__in=sites).delete()
     Submission.objects.filter(site__in=sites).only("pk").delete()
     System.objects.filter(site__in=sites).only("pk").delete()
     SiteKey.objects.filter(site__in=sites).delete()
@@ -126,6 +131,8 @@ class Generator:
     def __init__(self, n_results: int, seed: int = 1, now: datetime | None = None) -> None:
         self.n = n_results
         self.rng = random.Random(seed)
+        # The run tokens draw from their own stream, so that adding them left every other figure as it was.
+        self.token_rng = random.Random(seed + 0x70CE)
         self.now = now or timezone.now()
         self.span_days = 900 if n_results >= 50 else 400
 
@@ -170,10 +177,12 @@ class Generator:
                     if facts in seen:
                         continue
                     seen.add(facts)
+                    memory_gib = (512, 1024, 2048)[int(hashlib.sha256(facts.encode()).hexdigest(), 16) % 3]
                     system = System(site=site, name=f"{family} {short} {nodes}N" if family else "",
                                     vendor=known.vendor, accelerator_model=model, accelerator_count=count, nodes=nodes,
                                     interconnect=interconnect if nodes > 1 else "", cpu_model=cpu,
                                     cpu_cores=rng.choice([64, 96, 128, 192]) * nodes, peak_flops=peak,
+                                    memory_per_node=memory_gib * 2**30,
                                     identity=hashlib.sha256(facts.encode()).hexdigest(),
                                     # as the demo reports say (a registered template run): approved
                                     registered=True, status=System.Status.APPROVED,
@@ -368,10 +377,40 @@ class Generator:
                                          batch_size=200)
         n_trials = len(Trial.objects.bulk_create(
             (Trial(result=r, **t) for r, ts in zip(results, trials, strict=True) for t in ts), batch_size=2000))
+        RunAttempt.objects.bulk_create(self.run_attempts(results), batch_size=1000)
         ranking.rerank()
         translog.record_many(Result.objects.filter(pk__in=[r.pk for r in results]), "accepted")
         editions = self.editions(min((r.published_at for r in results if r.published_at), default=self.now))
         return Summary(len(sites), len(systems), len(results), n_trials, editions, time.perf_counter() - start)
+
+    def run_attempts(self, results: list[Result]) -> list[RunAttempt]:
+        """The run tokens behind the results, as a system's page counts them: one per witnessed result, submitted,
+        and now and then one that was never submitted (a run abandoned), so that attempted >= submitted >= verified.
+        The statements say `demo` and carry no signature: the service's witness key signs no generated token."""
+        rng = self.token_rng
+        out = []
+        for r in results:
+            if not r.witnessed or r.started_at is None:
+                continue
+            interval = 60.0
+            beats = int(r.duration_s // interval) + 2
+            out.append(self._attempt(r.system, r.run_id, r.started_at - timedelta(seconds=rng.uniform(5, 120)),
+                                     interval, beats, r.submission, r.precision, r.preset))
+            if rng.random() < 0.15:  # a run started before this one and never submitted
+                issued = r.started_at - timedelta(days=rng.uniform(8, 30))
+                out.append(self._attempt(r.system, uuid.UUID(int=rng.getrandbits(128)).hex, issued, interval,
+                                         rng.randint(1, 40), None, r.precision, r.preset))
+        return out
+
+    def _attempt(self, system: System, run_id: str, issued: datetime, interval: float, beats: int,
+                 submission: Submission | None, precision: str, preset: str) -> RunAttempt:
+        statement = {"kind": spec_witness.TOKEN_KIND, "demo": True, "run_id": run_id, "site": system.site_id,
+                     "system": system.pk, "preset": preset, "precision": precision, "issued_at": issued.timestamp(),
+                     "heartbeat_interval_s": interval}
+        return RunAttempt(run_id=run_id, site_id=system.site_id, system=system, statement=statement, signature="",
+                          issued_at=issued, heartbeat_interval_s=interval, log_id=_hex(self.token_rng),
+                          heartbeats=beats, last_heartbeat_at=issued + timedelta(seconds=interval * (beats - 1)),
+                          submission=submission)
 
     def editions(self, first: datetime) -> int:
         """June and November editions over the span, each holding the demo results published before it."""

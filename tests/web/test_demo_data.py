@@ -102,3 +102,25 @@ def test_the_demo_editions_rank_each_system_once(demo_data):
         assert len(ranked) == len(set(ranked)), edition.name  # one rank per system and division
         assert edition.entries.filter(rank=None).exclude(rank_all=None).count() == \
             edition.entries.count() - len(ranked)
+
+
+def test_the_demo_systems_count_the_runs_behind_their_results(demo_data):
+    """A witnessed result had a run token: a demo system's page counts attempted >= submitted >= verified, and
+    verified is its witnessed results; the tokens say `demo` and carry no signature of the service's key."""
+    from leaderboard.attempts import counts_of
+    from leaderboard.models import RunAttempt
+
+    demo_data(60)
+    systems = list(System.objects.values_list("pk", flat=True))
+    counts = counts_of(systems)
+    abandoned = 0
+    for pk in systems:
+        c = counts[pk]
+        witnessed = Result.objects.filter(system_id=pk, witnessed=True).count()
+        assert c["attempted"] >= c["submitted"] == c["verified"] == witnessed > 0, (pk, c)
+        abandoned += c["abandoned"]
+    assert abandoned > 0  # some runs were started and never submitted
+    assert all(a.statement["demo"] is True and a.signature == "" for a in RunAttempt.objects.all())
+    assert System.objects.filter(memory_per_node=0).count() == 0
+    demo.clear()
+    assert not RunAttempt.objects.exists()
