@@ -180,6 +180,7 @@ class Generator:
                     memory_gib = (512, 1024, 2048)[int(hashlib.sha256(facts.encode()).hexdigest(), 16) % 3]
                     system = System(site=site, name=f"{family} {short} {nodes}N" if family else "",
                                     vendor=known.vendor, accelerator_model=model, accelerator_count=count, nodes=nodes,
+                                    accelerators_per_node=per_node,
                                     interconnect=interconnect if nodes > 1 else "", cpu_model=cpu,
                                     cpu_cores=rng.choice([64, 96, 128, 192]) * nodes, peak_flops=peak,
                                     memory_per_node=memory_gib * 2**30,

@@ -42,6 +42,7 @@ from leaderboard.pipeline import VERIFIER_VERSION
 from leaderboard.site import changes, charts, queries
 from leaderboard.site import format as fmt
 from leaderboard.site.queries import SORTS, ListParams
+from leaderboard.systems import is_cpu, known_peak
 
 GROUP_TITLES = {"integrity": "Integrity", "validity": "Validity (official division)", "stability": "Stability",
                 "plausibility": "Plausibility"}
@@ -562,6 +563,19 @@ def _results_table(results: list[Result]) -> list[dict[str, Any]]:
     } for r in results]
 
 
+def _system_peaks(s: System) -> list[tuple[str, str]]:
+    """(label, value) of a system's peak per precision, for the whole system: a registered system's from the list's
+    peak table (its results are judged by it), an unregistered one's as its run.json declared it."""
+    if not s.registered:
+        return [(f"Declared peak, {p}", fmt.flops(v)) for p, v in sorted((s.peak_flops or {}).items())
+                if isinstance(v, (int, float))]
+    per_device = None if is_cpu(s.accelerator_model) else known_peak(s.accelerator_model)
+    if not per_device or not s.accelerator_count:
+        return []
+    return [(f"Peak, {p}", f"{fmt.flops(v * s.accelerator_count)} ({s.accelerator_count} × {fmt.flops(v)}, "
+                           "the list's peak table)") for p, v in sorted(per_device.items())]
+
+
 def system(request: HttpRequest, pk: int) -> HttpResponse:
     s = get_object_or_404(System.objects.select_related("site"), pk=pk)
     results = list(queries.visible_results().filter(system=s).select_related("site", "system").defer("report")
@@ -583,7 +597,7 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
             [{"nodes": r.system.nodes, "score": r.score_ops, "system_id": r.system_id,
               "label": f"result {r.pk} ({r.system.accelerator_count} × {r.system.accelerator_model})"}
              for r in family], s.pk)
-    peaks = [(k, fmt.flops(v)) for k, v in sorted((s.peak_flops or {}).items()) if isinstance(v, (int, float))]
+    peaks = _system_peaks(s)
     siblings = (System.objects.filter(site=s.site, accelerator_model=s.accelerator_model).exclude(pk=s.pk)
                 .order_by("nodes"))
     attempts = attempt_counts(s) if s.registered else None  # one query for the three rows below

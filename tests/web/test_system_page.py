@@ -29,7 +29,7 @@ def test_system_page_shows_facts_and_every_result(client, demo_data):
     html = client.get(f"/systems/{s.pk}").content.decode()
     assert s.accelerator_model in html and f"{s.accelerator_count} × {s.accelerator_model}" in html
     assert s.interconnect in html and s.vendor in html
-    assert "Declared peak, bf16" in html and "FLOP/s" in html
+    assert "<dt>Peak, bf16</dt>" in html and "FLOP/s" in html  # demo systems are registered
     for r in Result.objects.live().filter(system=s):
         assert f'href="/results/{r.pk}"' in html
     assert 'id="chart-history"' in html
@@ -49,6 +49,24 @@ def test_scaling_chart_has_points_and_the_linear_line(client, demo_data):
     assert x1 > x0 and y1 / y0 == pytest.approx(x1 / x0) if x0 else y0 == 0
     here = next(t for t in data if t["name"] == "this system")
     assert set(here["x"]) == {s.nodes}
+
+
+def test_a_registered_system_shows_the_peak_it_is_judged_by_and_its_memory(client):
+    """Registered through the API, a system has no declared peak: its page shows the peak table's, for the whole
+    system and per accelerator; an unregistered one shows what its run.json declared."""
+    from leaderboard import systems
+    from leaderboard.models import Site
+
+    site = Site.objects.create(name="Real Lab", country="DE")
+    s = systems.register(site, {"name": "Real H100", "accelerator_model": "NVIDIA H100 80GB HBM3",
+                                "accelerators_per_node": 8, "nodes": 4, "memory_per_node": 2 * 2**40})
+    html = client.get(f"/systems/{s.pk}").content.decode()
+    assert "<dt>Peak, bf16</dt><dd>31.7 PFLOP/s (32 × 989 TFLOP/s, the list&#x27;s peak table)</dd>" in html
+    assert "<dt>Memory per node</dt><dd>2.00 TiB</dd>" in html
+    declared = System.objects.create(site=site, accelerator_model="Some GPU", accelerator_count=2, nodes=1,
+                                     identity="x", peak_flops={"bf16": 2e15})
+    html = client.get(f"/systems/{declared.pk}").content.decode()
+    assert "<dt>Declared peak, bf16</dt><dd>2.00 PFLOP/s</dd>" in html and "<dt>Peak," not in html
 
 
 def test_unknown_system_is_not_found(client):
