@@ -15,7 +15,9 @@ The server keeps running afterwards so the URL can be opened; the script prints 
 Running `make demo` again reuses the server, the site and the key, and adds a new run.
 
 Environment (all optional): AIPERF_DEMO_DURATION (default 2m), AIPERF_DEMO_SLOTS (2),
-AIPERF_DEMO_PORT (8000), AIPERF_DEMO_HOME (var/: database, media, key, server log and pid).
+AIPERF_DEMO_PORT (8000), AIPERF_DEMO_HOME (var/: database, media, key, server log and pid),
+AIPERF_DEMO_WORKLOAD (`image`, the default, or `llm`: an AIPerf-LLM run of the llm-smoke preset instead,
+submitted to the same service and ranked on its AIPerf-LLM list).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ SITE = "Demo site"
 SYSTEM = "AIPerf demo"
 DURATION = os.environ.get("AIPERF_DEMO_DURATION", "2m")
 SLOTS = os.environ.get("AIPERF_DEMO_SLOTS", "2")
+WORKLOAD = os.environ.get("AIPERF_DEMO_WORKLOAD", "image")
+# (the run's arguments, what the demo calls it) of each workload
+WORKLOADS = {"image": (["--preset", "smoke"], "smoke run"),
+             "llm": (["--workload", "llm", "--preset", "llm-smoke"], "AIPerf-LLM run (llm-smoke)")}
 
 
 def say(message: str) -> None:
@@ -163,6 +169,9 @@ def demo_system(url: str, token: str) -> None:
 
 
 def main() -> None:
+    if WORKLOAD not in WORKLOADS:
+        sys.exit(f"demo: AIPERF_DEMO_WORKLOAD={WORKLOAD!r} is not a workload (expected {' or '.join(WORKLOADS)})")
+    preset_args, what = WORKLOADS[WORKLOAD]
     HOME.mkdir(parents=True, exist_ok=True)
     say("preparing the local service (SQLite, in-process verification)")
     manage("migrate", "--noinput", "-v", "0")
@@ -177,9 +186,9 @@ def main() -> None:
 
     runs = HOME / "runs" if os.environ.get("AIPERF_DEMO_HOME") else REPO / "runs"
     run_dir = runs / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    say(f"witnessed smoke run: aiperf-runner run --preset smoke --slots {SLOTS} --duration {DURATION} "
+    say(f"witnessed {what}: aiperf-runner run {' '.join(preset_args)} --slots {SLOTS} --duration {DURATION} "
         f"--out {run_dir} --system '{SYSTEM}'")
-    runner("run", "--preset", "smoke", "--slots", SLOTS, "--duration", DURATION, "--out", str(run_dir),
+    runner("run", *preset_args, "--slots", SLOTS, "--duration", DURATION, "--out", str(run_dir),
            "--system", SYSTEM, "--progress", "plain")
 
     say("submitting the run to the local service")
@@ -201,7 +210,7 @@ def main() -> None:
               f"rank:        none ({result['division']} division): {standing.get('text') or 'not on the live list'}")
         because = [r["check"] for r in result.get("not_official_because") or []]
         if because:
-            print(f"not official: {', '.join(because)} (the demo is a short smoke run, so its result is in the "
+            print(f"not official: {', '.join(because)} (the demo is a short {what}, so its result is in the "
                   f"{result.get('division')} division; the result page says why for each)")
     if result.get("challenge"):
         print(f"audit:       {result.get('audit') or '-'} (the weights of challenged trials "
@@ -211,7 +220,9 @@ def main() -> None:
               "the segments it drew from them (the result page says how each ended)")
     if result.get("url"):
         print(f"result:      {result['url']}")
-    print(f"ranked list: {url}/" + (f"?division={result['division']}" if result.get("division") == "open" else ""))
+    query = "&".join(([f"workload={WORKLOAD}"] if WORKLOAD != "image" else []) +
+                     ([f"division={result['division']}"] if result.get("division") == "open" else []))
+    print(f"ranked list: {url}/" + (f"?{query}" if query else ""))
     print(f"API:         {url}/api/v1/   docs: {url}/api/docs/")
     print()
     print(f"The service keeps running in the background (pid {pid}). Stop it with:  kill {pid}")

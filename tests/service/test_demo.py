@@ -42,6 +42,17 @@ def test_demo_end_to_end(tmp_path):
         assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
         report = json.loads(rebuilt.stdout)
         assert report["reverified"] >= 1 and report["differ"] == [], report
+        # AIPERF_DEMO_WORKLOAD=llm: an AIPerf-LLM run submitted to the same service, on its own list.
+        llm = subprocess.run([sys.executable, "scripts/demo.py"], cwd=REPO, capture_output=True, text=True,
+                             env={**env, "AIPERF_DEMO_WORKLOAD": "llm"}, timeout=600)
+        assert llm.returncode == 0, llm.stdout + llm.stderr
+        assert "witnessed AIPerf-LLM run (llm-smoke)" in llm.stdout and "status:      verified" in llm.stdout
+        listed = next(line.split()[-1] for line in llm.stdout.splitlines() if line.startswith("ranked list:"))
+        assert "workload=llm" in listed
+        llm_url = next(line.split()[-1] for line in llm.stdout.splitlines() if line.startswith("result:"))
+        llm_id = llm_url.rstrip("/").rsplit("/", 1)[-1]
+        page = httpx.get(listed).text
+        assert f'data-result="{llm_id}"' in page and f'data-result="{url.rstrip("/").rsplit("/", 1)[-1]}"' not in page
     finally:
         if pid is not None:
             try:

@@ -16,10 +16,11 @@ def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (running or finished)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Where a run stands: running or not, time, slots, trials, best accuracy, score."""
+    """Where a run stands: running or not, time, slots, trials, best accuracy (an AIPerf-LLM run: best loss), score."""
     from aiperf_runner.run.progress import fmt_acc, fmt_duration, fmt_ops
-    from aiperf_runner.run.report import run_status
+    from aiperf_runner.run.report import llm_figures, run_status
     from aiperf_runner.run.state import load_scored, read_run_json
+    from aiperf_runner.spec.llmrules import is_llm, score_ops
 
     try:
         run_json = read_run_json(run_dir)
@@ -32,10 +33,15 @@ def status(
     start = state.started_at
     end = state.finished_at if state.finished_at is not None else now
     elapsed = (end - start) if start is not None else 0.0
-    try:
-        score = scored.series().score if scored is not None else None
-    except Exception:  # noqa: BLE001
-        score = None
+    llm = None
+    if is_llm(run_json):  # its figures are tokens and losses, from the log (state's epochs and accuracies are none)
+        llm = llm_figures(Path(run_dir), {})
+        score = score_ops(llm["_flops"], elapsed) if elapsed > 0 else None
+    else:
+        try:
+            score = scored.series().score if scored is not None else None
+        except Exception:  # noqa: BLE001
+            score = None
     running: list[dict[str, Any]] = [{"trial": a.trial, "attempt": a.attempt, "slot": a.slot, "seconds": now - a.started,
                 "epochs": state.trials[a.trial].epochs_counted, "budget": state.trials[a.trial].epoch_budget}
                for a in state.running()] if st == "running" else []
@@ -49,6 +55,9 @@ def status(
         "epochs": state.epoch_lines, "best_accuracy": state.best_accuracy(), "score_ops": score,
         "slot_utilisation": state.slot_utilisation(end),
     }
+    if llm is not None:
+        info.update({"workload": "llm", "epochs": None, "best_accuracy": None, "best_loss": llm["best_loss"],
+                     "tokens_trained": llm["tokens_trained"]})
     if as_json:
         typer.echo(json.dumps(info, sort_keys=True))
         return
@@ -60,15 +69,20 @@ def status(
     typer.echo(f"time      {fmt_duration(elapsed)} of {fmt_duration(duration_s)}"
                + (f", {fmt_duration(info['remaining_s'])} left" if st == "running" else ""))
     typer.echo(f"slots     {len(running)}/{state.slots} busy" if st == "running" else f"slots     {state.slots}")
+    trained = f"{info['epochs']} epochs" if llm is None else f"{info['tokens_trained']:,} tokens"
     typer.echo(f"trials    {info['trials_finished']} finished, {info['trials_failed']} failed, "
-               f"{info['trials_cancelled']} cancelled, {len(state.trials)} proposed; {info['epochs']} epochs")
-    typer.echo(f"accuracy  {fmt_acc(info['best_accuracy'])} best")
+               f"{info['trials_cancelled']} cancelled, {len(state.trials)} proposed; {trained}")
+    if llm is None:
+        typer.echo(f"accuracy  {fmt_acc(info['best_accuracy'])} best")
+    else:
+        loss = info["best_loss"]
+        typer.echo(f"loss      {'-' if loss is None else f'{loss:.4f} nats'} best (validation)")
     typer.echo(f"score     {fmt_ops(score)}")
     util = info["slot_utilisation"]
     typer.echo(f"slot use  {'-' if util is None else f'{util:.1%}'}")
-    for r in running:
-        typer.echo(f"  slot {r['slot']}: {r['trial']} attempt {r['attempt']}, epoch {r['epochs']}/{r['budget']}, "
-                   f"{fmt_duration(r['seconds'])}")
+    for r in running:  # an AIPerf-LLM trial trains a number of steps, not epochs
+        progress = f"epoch {r['epochs']}/{r['budget']}, " if llm is None else ""
+        typer.echo(f"  slot {r['slot']}: {r['trial']} attempt {r['attempt']}, {progress}{fmt_duration(r['seconds'])}")
 
 
 def report(

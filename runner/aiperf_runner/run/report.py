@@ -10,11 +10,13 @@ from __future__ import annotations
 import html
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from aiperf_runner.run.state import RunState, read_run_json
 from aiperf_runner.rundir.lock import controller_alive
+from aiperf_runner.spec.llmrules import is_llm
 
 
 def run_status(state: RunState, run_dir: Path) -> tuple[str, int | None]:
@@ -87,6 +89,8 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
         "score_ops": scored.get("score_ops"),
         "regulated_score_ops": scored.get("regulated_score_ops"),
     }
+    if is_llm(run_json):
+        out.update(llm_figures(run_dir, scored))
     if (run_json.get("config") or {}).get("rehearsal"):
         out["rehearsal"] = True
     if verified is not None:
@@ -99,6 +103,35 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
     out["_state"] = state
     out["_run_json"] = run_json
     return out
+
+
+def llm_figures(run_dir: Path, scored: dict[str, Any]) -> dict[str, Any]:
+    """What an AIPerf-LLM run reports instead of epochs, network morphisms and accuracy: tokens trained, growths
+    by kind (every proposal's) and the best validation loss (nats per byte or token); its accuracy equivalent
+    (spec/llmrules.py `loss_factor`) stays as `max_accuracy`, the regulated score's factor."""
+    from aiperf_runner.spec.eventlog import iter_events
+    from aiperf_runner.spec.llmgrowth import GROWTH_KINDS
+
+    events = [e.data for e in iter_events(run_dir / "events.jsonl", allow_partial_tail=True)]
+    growths = Counter(dict.fromkeys(GROWTH_KINDS, 0))
+    growths.update(str(g.get("kind")) for e in events if e.get("type") == "trial_proposed" for g in e.get("growths") or [])
+    finished = {(e.get("trial"), e.get("attempt")) for e in events if e.get("type") == "trial_finished"}
+    trained = [e for e in events if e.get("type") == "train_end" and (e.get("trial"), e.get("attempt")) in finished]
+    tokens = sum(int(e.get("tokens_trained") or 0) for e in trained)
+    losses = [float(e["val_loss"]) for e in events if e.get("type") == "trial_finished" and e.get("val_loss") is not None]
+    trial_losses = [(float(e["t"]), str(e.get("trial")), float(e["val_loss"])) for e in events
+                    if e.get("type") == "trial_finished" and e.get("val_loss") is not None]
+    proposed = {e.get("trial"): e for e in events if e.get("type") == "trial_proposed"}
+    trials = [{"trial": trial, "loss": value, "round": proposed.get(trial, {}).get("round"),
+               "growths": [str(g.get("kind")) for g in proposed.get(trial, {}).get("growths") or []],
+               "parent": proposed.get(trial, {}).get("parent"),
+               "hparam_source": proposed.get(trial, {}).get("hparam_source"),
+               "hparams": proposed.get(trial, {}).get("hparams")} for _, trial, value in trial_losses]
+    return {"workload": "llm", "morphisms": dict(growths), "epochs": None,
+            "tokens_trained": scored.get("tokens_trained", tokens),
+            "best_loss": scored.get("best_loss", min(losses) if losses else None), "_trial_losses": trial_losses,
+            "_flops": sum(int(e.get("flops") or 0) for e in trained),
+            "_llm_trials": trials}
 
 
 def _sources_by_round(state: RunState) -> dict[str, dict[str, int]]:
@@ -121,7 +154,7 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from aiperf_runner.run.progress import fmt_acc, fmt_duration, fmt_ops
+    from aiperf_runner.run.progress import fmt_duration, fmt_ops
 
     console = console or Console()
     s = summary
@@ -140,12 +173,12 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     table.add_row("trials", f"{s['trials_finished']} finished, {s['trials_failed']} failed, "
                             f"{s['trials_cancelled']} cancelled, {s['trials_running']} running "
                             f"({s['trials_proposed']} proposed, {s['failed_attempts']} failed attempts)")
-    table.add_row("epochs", str(s["epochs"]))
-    table.add_row("morphisms", ", ".join(f"{k} {v}" for k, v in s["morphisms"].items()))
+    for label, value in _work_rows(s):
+        table.add_row(label, value)
     table.add_row("hyper-parameters", ", ".join(f"{k} {v}" for k, v in s["hparam_sources"].items()))
     util = s["slot_utilisation"]
     table.add_row("slot utilisation", "-" if util is None else f"{util:.1%} of {s['slots']} slots")
-    table.add_row("max accuracy", fmt_acc(s["max_accuracy"]))
+    table.add_row(*_quality_row(s))
     table.add_row("score", fmt_ops(s["score_ops"]))
     table.add_row("regulated score", fmt_ops(s["regulated_score_ops"]))
     if "integrity_ok" in s:
@@ -158,6 +191,24 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
         table.add_row("rehearsal", "yes: never ranked; `aiperf-runner submit --rehearsal` has it verified for this "
                                    "site only")
     console.print(table)
+
+
+def _work_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the trials trained and how they grew: epochs and morphisms, or an LLM run's tokens and growths."""
+    grown = ", ".join(f"{k} {v}" for k, v in s["morphisms"].items())
+    if s.get("workload") == "llm":
+        tokens = s.get("tokens_trained")
+        return [("tokens trained", "-" if tokens is None else f"{tokens:,}"), ("growths", grown)]
+    return [("epochs", str(s["epochs"])), ("morphisms", grown)]
+
+
+def _quality_row(s: dict[str, Any]) -> tuple[str, str]:
+    from aiperf_runner.run.progress import fmt_acc
+
+    if s.get("workload") == "llm":
+        loss = s.get("best_loss")
+        return "best validation loss", "-" if loss is None else f"{loss:.4f} nats"
+    return "max accuracy", fmt_acc(s["max_accuracy"])
 
 
 # ---- HTML ------------------------------------------------------------------------------------------
@@ -225,19 +276,36 @@ def _accuracy_figure(state: RunState, series: list[dict[str, Any]], t0: float) -
     return acc
 
 
+def _loss_figure(series: list[dict[str, Any]], trial_losses: list[tuple[float, str, float]], t0: float) -> Any:
+    """An AIPerf-LLM run's best validation loss over time, and every finished trial's loss as a point."""
+    import plotly.graph_objects as go
+
+    loss = go.Figure()
+    loss.add_scatter(x=[p["t"] / 60 for p in series], y=[p.get("best_loss") for p in series], name="best loss",
+                     mode="lines", line_shape="hv")
+    loss.add_scatter(x=[(t - t0) / 60 for t, _, _ in trial_losses], y=[v for _, _, v in trial_losses],
+                     mode="markers", name="trial loss", marker={"size": 5, "opacity": 0.5},
+                     hovertext=[trial for _, trial, _ in trial_losses])
+    loss.update_layout(title="Best validation loss", xaxis_title="minutes since run start",
+                       yaxis={"title": "loss (nats)"})
+    return loss
+
+
 def _figures_html(summary: dict[str, Any]) -> list[str]:
     """The three charts as HTML fragments (plotly.js inlined in the first)."""
     state: RunState = summary["_state"]
     series = summary["_series"]
     t0 = state.started_at or 0.0
     end = state.finished_at or state.last_t or t0
-    figures = [_score_figure(series), _accuracy_figure(state, series, t0), _timeline(state, t0, end)]
+    quality = (_loss_figure(series, summary.get("_trial_losses") or [], t0) if summary.get("workload") == "llm"
+               else _accuracy_figure(state, series, t0))
+    figures = [_score_figure(series), quality, _timeline(state, t0, end)]
     return [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
             for i, fig in enumerate(figures)]
 
 
 def _summary_html(s: dict[str, Any]) -> str:
-    from aiperf_runner.run.progress import fmt_acc, fmt_duration, fmt_ops
+    from aiperf_runner.run.progress import fmt_duration, fmt_ops
 
     rows = [
         ("status", s["status"] + (f" ({s['finish_reason']})" if s["finish_reason"] else "")),
@@ -245,10 +313,9 @@ def _summary_html(s: dict[str, Any]) -> str:
         ("slots", str(s["slots"])),
         ("slot utilisation", "-" if s["slot_utilisation"] is None else f"{s['slot_utilisation']:.1%}"),
         ("trials", f"{s['trials_finished']} finished, {s['trials_failed']} failed, {s['trials_cancelled']} cancelled"),
-        ("epochs", str(s["epochs"])),
-        ("morphisms", ", ".join(f"{k} {v}" for k, v in s["morphisms"].items())),
+        *_work_rows(s),
         ("hyper-parameter sources", ", ".join(f"{k} {v}" for k, v in s["hparam_sources"].items())),
-        ("max accuracy", fmt_acc(s["max_accuracy"])),
+        _quality_row(s),
         ("score", fmt_ops(s["score_ops"])),
         ("regulated score", fmt_ops(s["regulated_score_ops"])),
     ]
@@ -265,6 +332,21 @@ def _checks_html(s: dict[str, Any]) -> str:
     if not rows:
         return "<p>" + html.escape(s.get("verify_error") or "no verification report") + "</p>"
     return "<table><tr><th>check</th><th>threshold</th><th>measured</th><th></th><th></th></tr>" + rows + "</table>"
+
+
+def _best_trials_table(s: dict[str, Any]) -> str:
+    """The 15 best trials: of the best accuracy, or of an AIPerf-LLM run the lowest validation loss."""
+    if s.get("workload") != "llm":
+        return ("<table><tr><th>trial</th><th>accuracy</th><th>round</th><th>epochs</th><th>morphisms</th>"
+                "<th>parent</th><th>hparams</th><th>values</th></tr>" + _best_trials_html(s["_state"]) + "</table>")
+    best = sorted(s.get("_llm_trials") or [], key=lambda t: t["loss"])[:15]
+    rows = "".join(
+        f"<tr><td>{html.escape(t['trial'])}</td><td>{t['loss']:.4f}</td><td>{html.escape(str(t['round']))}</td>"
+        f"<td>{html.escape(', '.join(t['growths']) or 'seed')}</td><td>{html.escape(t['parent'] or '-')}</td>"
+        f"<td>{html.escape(str(t['hparam_source']))}</td>"
+        f"<td><code>{html.escape(json.dumps(t['hparams'], sort_keys=True))}</code></td></tr>" for t in best)
+    return ("<table><tr><th>trial</th><th>validation loss</th><th>round</th><th>growths</th><th>parent</th>"
+            "<th>hparams</th><th>values</th></tr>" + rows + "</table>")
 
 
 def _best_trials_html(state: RunState) -> str:
@@ -306,8 +388,7 @@ rules {html.escape(str(s['rules']))}; {html.escape(_system_line(s["_run_json"]))
 {parts[1]}
 {parts[2]}
 <h2>Best trials</h2>
-<table><tr><th>trial</th><th>accuracy</th><th>round</th><th>epochs</th><th>morphisms</th><th>parent</th>
-<th>hparams</th><th>values</th></tr>{_best_trials_html(s["_state"])}</table>
+{_best_trials_table(s)}
 <h2>Verification</h2>
 {_checks_html(s)}
 </body></html>
