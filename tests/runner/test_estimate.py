@@ -87,3 +87,25 @@ def test_cli_takes_the_start_up_and_the_staging_rate() -> None:
     fast = json.loads(CliRunner().invoke(app, [*args, "--startup-s", "10", "--data-gb", "1"]).output)
     assert slow["startup_s"] == 300 and slow["score_ops"][1] < fast["score_ops"][1]
     assert slow["staging_s"] == 144e9 / 100e6 and fast["staging_s"] == 1e9 / estimate.STAGE_BYTES_PER_S
+
+
+def test_an_llm_estimate_gives_hours_and_peak_and_says_why_no_range() -> None:
+    from aiperf_runner.spec.llmflops import train_flops_per_token
+    from aiperf_runner.spec.llmrules import llm_preset
+
+    cli = CliRunner()
+    result = cli.invoke(app, ["estimate", "--workload", "llm", "--accelerator-model", "H100",
+                              "--accelerators-per-node", "8", "--nodes", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert (d["workload"], d["preset"], d["accelerators"], d["node_hours"]) == ("llm", "llm", 32, 8)
+    assert d["peak_flops"] == 32 * peaks.lookup("H100").peak_flops("bf16") and d["score_ops"] is None
+    seed = train_flops_per_token(llm_preset("llm").seed_arch)
+    assert any("no GPU run of the AIPerf-LLM trainer" in a for a in d["assumptions"])
+    assert any(f"{seed.train / 1e9:.3g} GFLOP per token" in a for a in d["assumptions"])
+    text = cli.invoke(app, ["estimate", "--preset", "llm-kjv", "--accelerator-model", "H100",
+                            "--accelerators-per-node", "8", "--nodes", "1"]).stdout
+    assert "preset llm-kjv" in text and "expected score" not in text
+    wrong = cli.invoke(app, ["estimate", "--workload", "llm", "--preset", "imagenet", "--accelerator-model", "H100",
+                             "--accelerators-per-node", "8", "--nodes", "1"])
+    assert wrong.exit_code == 1 and "unknown AIPerf-LLM preset 'imagenet'" in wrong.stderr

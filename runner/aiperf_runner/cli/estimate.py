@@ -20,7 +20,9 @@ def estimate_cmd(
     nodes: Annotated[int, typer.Option("--nodes", metavar="N", min=1)],
     duration: Annotated[str, typer.Option("--duration", help="Run length, e.g. 2h, 90m, 12h.")] = "2h",
     precision: Annotated[str, typer.Option("--precision", help="fp32, tf32, bf16 or fp16.")] = "bf16",
-    preset: Annotated[str, typer.Option("--preset", help="The workload (imagenet: the official one).")] = "imagenet",
+    preset: Annotated[str | None, typer.Option("--preset", help="The preset (default: imagenet, the official one; "
+                                                                "with --workload llm: llm).")] = None,
+    workload: Annotated[str, typer.Option("--workload", help="image (the default) or llm (AIPerf-LLM).")] = "image",
     startup_s: Annotated[float, typer.Option("--startup-s", min=0, help="Seconds from a trial attempt's launch to "
                                                                      "its first step (measure with preflight).")
                          ] = STARTUP_S,
@@ -35,8 +37,16 @@ def estimate_cmd(
     from aiperf_runner.data.presets import get_preset
     from aiperf_runner.spec.estimate import estimate
     from aiperf_runner.spec.flops import flops_per_image
+    from aiperf_runner.spec.llmrules import LLM_PRESETS
     from aiperf_runner.spec.seeds import seed_for_preset
 
+    if workload not in ("image", "llm"):
+        raise AiperfError(f"unknown --workload {workload!r} (expected image or llm)")
+    preset = preset or ("llm" if workload == "llm" else "imagenet")
+    if workload == "llm" or preset in LLM_PRESETS:
+        llm = _llm_estimate(accelerator_model, accelerators_per_node, nodes, duration, precision, preset)
+        typer.echo(json.dumps(llm, indent=2) if as_json else text(llm))
+        return
     try:
         p = get_preset(preset)
         flops = flops_per_image(seed_for_preset(preset), "v2")
@@ -49,6 +59,31 @@ def estimate_cmd(
     except (ValueError, KeyError) as exc:  # KeyError's message comes quoted
         raise AiperfError(str(exc).strip("'")) from None
     typer.echo(json.dumps(data, indent=2) if as_json else text(data))
+
+
+def _llm_estimate(accelerator_model: str, accelerators_per_node: int, nodes: int, duration: str, precision: str,
+                  preset: str) -> dict[str, Any]:
+    """An AIPerf-LLM run's machine, peak and hours; no score range, for want of a measured efficiency."""
+    from aiperf_runner.spec.estimate import estimate
+    from aiperf_runner.spec.llmflops import train_flops_per_token
+    from aiperf_runner.spec.llmrules import llm_preset
+
+    try:
+        p = llm_preset(preset)
+        data = estimate(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
+                        duration_s=parse_duration(duration), precision=precision.lower(), preset=preset,
+                        train_flops=0.0, eval_flops=0.0, first_budget=1)
+    except (ValueError, KeyError) as exc:
+        raise AiperfError(str(exc).strip("'")) from None
+    per_token = train_flops_per_token(p.seed_arch)
+    data["workload"] = "llm"
+    data["assumptions"] = [a for a in data["assumptions"] if not a.startswith("no reference measurement")] + [
+        "no score range: no GPU run of the AIPerf-LLM trainer has been measured yet; `bench/gpu_trial.py "
+        "--workload llm` prints one node's tokens/s and MFU, and the score is about that MFU x the peak",
+        f"the seed model of {preset} trains {per_token.train / 1e9:.3g} GFLOP per token by the {per_token.rules} "
+        f"rules (its matrix multiplies x 3; PaLM's 6N + attention: {per_token.palm / 1e9:.3g}); the search "
+        f"grows it up to {p.max_layers} blocks"]
+    return data
 
 
 def text(d: dict[str, Any]) -> str:
