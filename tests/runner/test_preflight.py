@@ -51,3 +51,26 @@ def test_preflight_reads_a_sites_own_images_and_says_so_in_text(tmp_path):
 def test_preflight_refuses_an_unknown_preset():
     done = cli("preflight", "--preset", "nope")
     assert done.returncode == 1 and "nope" in done.stderr
+
+
+def test_preflight_of_an_llm_preset_measures_the_seed_transformer():
+    """--workload llm: the preset's seed model in the trainer's own steps on this node's device, tokens/s, and a score
+    range from that rate and the seed's llm-v1 FLOPs per token; no decoding (text is a memory read)."""
+    from aiperf_runner.spec.llmflops import train_flops_per_token
+    from aiperf_runner.spec.llmrules import llm_preset
+
+    done = cli("preflight", "--workload", "llm", "--preset", "llm-smoke", "--steps", "3", "--nodes", "2", "--json",
+               timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    trial = out["seed_trial"]
+    assert (out["workload"], out["preset"], out["device"], "decode" in out) == ("llm", "llm-smoke", "cpu", False)
+    assert trial["batch_tokens"] == llm_preset("llm-smoke").batch_tokens[0] and trial["precision"] == "fp32"
+    assert trial["tokens_per_s"] > 0 and trial["first_step_s"] > 0 and trial["mfu"] is None
+    assert trial["train_flops_per_token"] == train_flops_per_token(llm_preset("llm-smoke").seed_arch).train
+    high = out["node_tokens_per_s"] * trial["train_flops_per_token"] * 2
+    assert out["score_ops"] == pytest.approx([high / 2, high])
+    text = cli("preflight", "--workload", "llm", "--preset", "llm-smoke", "--steps", "1")
+    assert text.returncode == 0 and "tokens/s per device" in text.stdout and "AIPerf-LLM preset llm-smoke" in text.stdout
+    wrong = cli("preflight", "--workload", "llm", "--preset", "cifar")
+    assert wrong.returncode == 1 and "unknown AIPerf-LLM preset 'cifar'" in wrong.stderr

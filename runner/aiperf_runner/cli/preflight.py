@@ -1,5 +1,6 @@
 """`aiperf-runner preflight`: measure one node (torch start-up, the seed trial on its devices, JPEG decoding per
-core) and predict its training rate and score range before a reservation is booked."""
+core; with --workload llm the seed transformer's tokens/s) and predict its training rate and score range before a
+reservation is booked."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ def _cores() -> int:
 
 
 def preflight_cmd(
-    preset: Annotated[str, typer.Option("--preset", help="The workload (imagenet: the official one).")] = "imagenet",
+    preset: Annotated[str | None, typer.Option("--preset", help="The preset (default: imagenet, the official one; "
+                                                                "with --workload llm: llm).")] = None,
+    workload: Annotated[str, typer.Option("--workload", help="image (the default) or llm (AIPerf-LLM: the seed "
+                                                             "transformer's tokens/s; no decoding).")] = "image",
+    batch_tokens: Annotated[int, typer.Option("--batch-tokens", min=0, help="--workload llm: tokens per step (0: "
+                                                                            "the preset's smallest batch on a GPU, "
+                                                                            "on a CPU at most 8,192).")] = 0,
     precision: Annotated[str, typer.Option("--precision", help="auto (bf16 on a GPU, else fp32), fp32, tf32, bf16 "
                                                                 "or fp16.")] = "auto",
     batch: Annotated[int, typer.Option("--batch", min=0, help="Images per step of the seed trial (0: 256 on a GPU, "
@@ -48,9 +55,17 @@ def preflight_cmd(
 
     from aiperf_runner.data.presets import PresetError, get_preset
     from aiperf_runner.rundir.config import DATA_DECODERS
+    from aiperf_runner.spec.llmrules import LLM_PRESETS
     from aiperf_runner.train import preflight as pf
     from aiperf_runner.train.decode import default_decoder
 
+    if workload not in ("image", "llm"):
+        raise AiperfError(f"unknown --workload {workload!r} (expected image or llm)")
+    preset = preset or ("llm" if workload == "llm" else "imagenet")
+    if workload == "llm" or preset in LLM_PRESETS:
+        llm = _llm_preflight(preset, precision, batch_tokens, steps, nodes)
+        typer.echo(json.dumps(llm, indent=2) if as_json else llm_text(llm))
+        return
     try:
         p = get_preset(preset)
     except (PresetError, KeyError) as exc:
@@ -87,6 +102,62 @@ def preflight_cmd(
         f"{nodes} node(s) scale linearly (an assumption)" if nodes > 1 else "one node",
     ]
     typer.echo(json.dumps(out, indent=2) if as_json else text(out))
+
+
+def _llm_preflight(preset: str, precision: str, batch_tokens: int, steps: int, nodes: int) -> dict[str, Any]:
+    """The AIPerf-LLM preset's seed model on this node's device: first step, tokens/s, MFU, a score range."""
+    import torch
+
+    from aiperf_runner.spec import peaks
+    from aiperf_runner.spec.llmrules import llm_preset
+    from aiperf_runner.train import preflight as pf
+    from aiperf_runner.train.llm.preflight import seed_speed
+
+    p = llm_preset(preset)  # LlmPresetError (exit 1) names the known ones
+    cuda = torch.cuda.is_available()
+    if precision not in ("auto", "bf16" if cuda else "fp32"):
+        raise AiperfError(f"--workload llm trains in {'bf16' if cuda else 'fp32'} here (the trainer's autocast): "
+                          "leave --precision at auto")
+    device = torch.device("cuda:0" if cuda else "cpu")
+    # The preset's smallest batch; on a CPU at most 8,192 tokens (the production preset's 65,536 take minutes a step)
+    batch_tokens = batch_tokens or (p.batch_tokens[0] if cuda or p.batch_tokens[0] <= 8192 else 4 * p.seed_arch.seq_len)
+    devices = torch.cuda.device_count() if cuda else 1
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    out: dict[str, Any] = {"workload": "llm", "preset": preset, "device": name, "devices": devices,
+                           "cores": _cores(), "nodes": nodes, "torch_import_s": pf.torch_import_s()}
+    speed = seed_speed(preset, device, batch_tokens, steps)
+    known = peaks.lookup(name) if cuda else None
+    device_peak = known.peak_flops(speed.precision) if known is not None else None
+    out["seed_trial"] = {"precision": speed.precision, "batch_tokens": speed.batch_tokens,
+                         "first_step_s": speed.first_step_s, "tokens_per_s": speed.tokens_per_s,
+                         "train_flops_per_token": speed.train_flops_per_token,
+                         "mfu": speed.tokens_per_s * speed.train_flops_per_token / device_peak if device_peak else None}
+    out["node_tokens_per_s"] = speed.tokens_per_s * devices
+    out["score_ops"] = measured_score_range(out["node_tokens_per_s"], speed.train_flops_per_token, nodes)
+    out["assumptions"] = [
+        f"the seed's llm-v1 training FLOPs per token ({speed.train_flops_per_token / 1e6:,.4g} MFLOP) at the node's "
+        "rate, every device training its own trial (DDP inside a slot is not measured)",
+        f"low end {MEASURED_LOW_SHARE:g} x the high end: {MEASURED_LOW_REASON}",
+        f"{nodes} node(s) scale linearly (an assumption)" if nodes > 1 else "one node",
+    ]
+    if device_peak is None:
+        out["assumptions"].append("no MFU: this device is not in the peak table" if cuda else
+                                  "no MFU on a CPU (its peak is the rules' estimate, not a datasheet's)")
+    return out
+
+
+def llm_text(d: dict[str, Any]) -> str:
+    t = d["seed_trial"]
+    mfu = f", MFU {t['mfu']:.1%}" if t["mfu"] is not None else ""
+    lines = [f"node:            {d['devices']} x {d['device']}, {d['cores']} CPU cores; AIPerf-LLM preset {d['preset']}",
+             f"torch import:    {d['torch_import_s']:.2f} s (a cold trial process pays it)",
+             f"seed trial:      first step {t['first_step_s']:.2f} s after the model is built; "
+             f"{t['tokens_per_s']:,.0f} tokens/s per device ({t['precision']}, {t['batch_tokens']:,} tokens a step{mfu})",
+             f"node rate:       {d['node_tokens_per_s']:,.0f} tokens/s",
+             f"expected score:  {format_ops(d['score_ops'][0])} - {format_ops(d['score_ops'][1])} on {d['nodes']} node(s)",
+             "assumptions:"]
+    lines += [f"  - {a}" for a in d["assumptions"]]
+    return "\n".join(lines)
 
 
 def text(d: dict[str, Any]) -> str:
