@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from aiperf_runner.spec import llmtrust
+from django.conf import settings
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.fields.json import KeyTextTransform
 
@@ -56,10 +58,12 @@ class Facts:
     rehearsal: bool
     status: str
     challenged_at: datetime | None
+    workload: str = "image"
+    preset: str = ""
     failed_checks: list[dict[str, Any]] | None = None  # read by not_official_because; None: not read
 
     _RESULT = ("system_id", "division", "rules", "rank", "rank_all", "review", "review_reason", "reviewed_at",
-               "reviewed_by", "audit", "audited_at", "verified_at")
+               "reviewed_by", "audit", "audited_at", "verified_at", "workload", "preset")
 
     @classmethod
     def of(cls, result: Result) -> Facts:
@@ -186,6 +190,12 @@ def not_official_because(result: Result | Facts, state: Standing | None = None) 
     then what the list still waits for; [] for an official result on the list. `state`: its standing, if known."""
     failed = (result.failed_checks or []) if isinstance(result, Facts) else _failed(result)
     reasons = [{"check": c["name"], "message": c.get("message", "")} for c in failed]
+    if result.workload == "llm" and result.division != Division.OFFICIAL:
+        # AIPerf-LLM's division also takes the preset, which no check of its report measures (spec/llmtrust.py)
+        # (an LLM result's rules_version names its FLOP rules: the presets admitted are the service's rules')
+        problem = llmtrust.preset_problem(result.preset, settings.AIPERF_RULES_VERSION or None)
+        if problem and not any(r["check"] == "validity.preset" for r in reasons):
+            reasons.append({"check": "validity.preset", "message": problem})
     if result.division == Division.OFFICIAL:
         state = state or standing(result)
         if state.state not in ("live", "live_not_best"):

@@ -117,3 +117,20 @@ def test_a_demo_result_says_its_audit_had_nothing_to_audit(client, demo_data):
     assert 'class="trust-neutral" title="audit of the work: demo data, nothing to audit">A' in row
     entry = next(e for e in client.get("/api/v1/leaderboard/").json()["results"] if e["id"] == r.pk)
     assert entry["trust"]["audit"] == "demo"
+
+
+def test_an_open_llm_result_says_its_preset_is_not_official(client, demo_data, settings):
+    """AIPerf-LLM's division takes the preset, which no check of its report measures: an llm-smoke result with every
+    check passed is open, and the API and the submissions' export say why (it said nothing: `[]`)."""
+    settings.AIPERF_PAGE_CACHE_S = 0
+    r = _official(demo_data)
+    Result.objects.filter(pk=r.pk).update(workload="llm", rules="llm-v1", rules_version="llm-v1", preset="llm-smoke",
+                                          division="open", best_loss=1.1)  # as the service stores an LLM result
+    ranking.rerank()
+    expected = [{"check": "validity.preset", "message": "preset 'llm-smoke': only 'llm-kjv' is official in AIPerf-LLM"}]
+    assert client.get(f"/api/v1/results/{r.pk}/").json()["not_official_because"] == expected
+    rows = client.get("/api/v1/submissions/", {"format": "json"}).json()
+    assert next(row for row in rows if row["result"] == r.pk)["not_official_because"] == expected
+    Result.objects.filter(pk=r.pk).update(preset="llm-kjv", division="official")
+    ranking.rerank()
+    assert client.get(f"/api/v1/results/{r.pk}/").json()["not_official_because"] == []

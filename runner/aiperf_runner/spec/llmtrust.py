@@ -104,6 +104,16 @@ def official_presets(rules_version: str | None = None) -> tuple[str, ...]:
     return tuple(listed) if isinstance(listed, (list, tuple)) else OFFICIAL_PRESETS
 
 
+def preset_problem(preset: str | None, rules_version: str | None = None) -> str | None:
+    """Why an AIPerf-LLM run of `preset` cannot be official (`division` keeps it open with no check failed), or
+    None when the rules admit the preset."""
+    official = official_presets(rules_version)
+    if preset in official:
+        return None
+    named = ", ".join(repr(p) for p in official)
+    return f"preset {preset!r}: only {named} {'is' if len(official) == 1 else 'are'} official in AIPerf-LLM"
+
+
 def division(run: Mapping[str, Any], checks: list[dict[str, Any]], rules_version: str | None = None) -> str:
     """official: an official preset, every integrity, validity, stability, plausibility, system and witness
     check passed; else open."""
