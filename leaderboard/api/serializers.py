@@ -456,7 +456,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
                *(f"result__{c}" for c in ("submission_id", "system_id", "division", "rules", "rank", "rank_all",
                                            "review", "review_reason", "reviewed_at", "reviewed_by", "audit",
                                            "audited_at", "audit_report", "verified_at", "score_ops", "failed_checks",
-                                           "regulated_score_ops", "verification_level")))
+                                           "regulated_score_ops", "verification_level", "workload", "preset")))
 
     class Meta:
         model = Submission

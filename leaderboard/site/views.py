@@ -382,6 +382,9 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "checks_failed": sum(not c.get("passed") for c in checks), "trials": trials,
         "trials_html": _trials_html(trials, llm), "llm": llm,
         "failed_names": [c.get("name") for c in checks if not c.get("passed")],
+        # AIPerf-LLM's division takes the preset, which no check measures: the lead says so
+        "preset_problem": llmtrust.preset_problem(r.preset, settings.AIPERF_RULES_VERSION or None)
+        if llm and r.division == "open" else None,
         "demo": bool(report.get("demo")),
         "bundle": bool(r.submission.bundle.name), "points": len(points),
         "facts": [
@@ -437,7 +440,10 @@ def _audit_text(r: Result) -> str:
         return "not audited (no challenge: an unwitnessed run)"
     if r.audit == Result.Audit.DEMO:
         return r.get_audit_display()
-    parts = [r.get_audit_display()]
+    shown = r.get_audit_display()
+    if r.workload == "llm":  # its trials log validation losses
+        shown = shown.replace("the logged accuracies", "the logged validation losses")
+    parts = [shown]
     for trial, checks in ((r.audit_report or {}).get("trials") or {}).items():
         accuracy = next((c for c in checks if c["name"] in ("audit.accuracy", "audit.loss")), None)
         failed = [c["name"] for c in checks if not c["passed"]]

@@ -53,6 +53,12 @@ def test_demo_end_to_end(tmp_path):
         llm_id = llm_url.rstrip("/").rsplit("/", 1)[-1]
         page = httpx.get(listed).text
         assert f'data-result="{llm_id}"' in page and f'data-result="{url.rstrip("/").rsplit("/", 1)[-1]}"' not in page
+        # open for its preset, which no check measures: the demo, the API and the result page say so
+        because = next(line for line in llm.stdout.splitlines() if line.startswith("not official:"))
+        assert "validity.preset" in because and "(the demo is a short AIPerf-LLM run (llm-smoke)" in because
+        result_page = httpx.get(llm_url).text
+        assert "In the open division: preset &#x27;llm-smoke&#x27;: only &#x27;llm-kjv&#x27; is official" in result_page
+        assert "reach the logged validation losses" in result_page and "Best validation loss" in result_page
     finally:
         if pid is not None:
             try:
