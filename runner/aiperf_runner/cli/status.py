@@ -34,9 +34,9 @@ def status(
     end = state.finished_at if state.finished_at is not None else now
     elapsed = (end - start) if start is not None else 0.0
     llm = None
-    if is_llm(run_json):  # its figures are tokens and losses, from the log (state's epochs and accuracies are none)
-        llm = llm_figures(Path(run_dir), {})
-        score = score_ops(llm["_flops"], elapsed) if elapsed > 0 else None
+    if is_llm(run_json):  # its figures are tokens and losses as the rules count them (it has no epochs, no accuracy)
+        llm = llm_figures(Path(run_dir), run_json)
+        score = score_ops(llm["flops"], elapsed) if elapsed > 0 and llm["flops"] is not None else None
     else:
         try:
             score = scored.series().score if scored is not None else None

@@ -90,7 +90,7 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
         "regulated_score_ops": scored.get("regulated_score_ops"),
     }
     if is_llm(run_json):
-        out.update(llm_figures(run_dir, scored))
+        out.update(llm_figures(run_dir, run_json, verified))
     if (run_json.get("config") or {}).get("rehearsal"):
         out["rehearsal"] = True
     if verified is not None:
@@ -105,33 +105,30 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
     return out
 
 
-def llm_figures(run_dir: Path, scored: dict[str, Any]) -> dict[str, Any]:
-    """What an AIPerf-LLM run reports instead of epochs, network morphisms and accuracy: tokens trained, growths
-    by kind (every proposal's) and the best validation loss (nats per byte or token); its accuracy equivalent
+def llm_figures(run_dir: Path, run_json: dict[str, Any], verified: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What an AIPerf-LLM run reports instead of epochs, network morphisms and accuracy: tokens trained, FLOPs and
+    the best validation loss as the rules count them (`verified`'s, or spec/llmverify.py `counted` of the log so
+    far), growths by kind (every proposal's) and each finished trial's loss; its accuracy equivalent
     (spec/llmrules.py `loss_factor`) stays as `max_accuracy`, the regulated score's factor."""
     from aiperf_runner.spec.eventlog import iter_events
     from aiperf_runner.spec.llmgrowth import GROWTH_KINDS
+    from aiperf_runner.spec.llmverify import counted
 
     events = [e.data for e in iter_events(run_dir / "events.jsonl", allow_partial_tail=True)]
-    growths = Counter(dict.fromkeys(GROWTH_KINDS, 0))
-    growths.update(str(g.get("kind")) for e in events if e.get("type") == "trial_proposed" for g in e.get("growths") or [])
-    finished = {(e.get("trial"), e.get("attempt")) for e in events if e.get("type") == "trial_finished"}
-    trained = [e for e in events if e.get("type") == "train_end" and (e.get("trial"), e.get("attempt")) in finished]
-    tokens = sum(int(e.get("tokens_trained") or 0) for e in trained)
-    losses = [float(e["val_loss"]) for e in events if e.get("type") == "trial_finished" and e.get("val_loss") is not None]
-    trial_losses = [(float(e["t"]), str(e.get("trial")), float(e["val_loss"])) for e in events
-                    if e.get("type") == "trial_finished" and e.get("val_loss") is not None]
+    rules = verified if verified and "tokens_trained" in verified else counted(run_json, events) or {}
     proposed = {e.get("trial"): e for e in events if e.get("type") == "trial_proposed"}
-    trials = [{"trial": trial, "loss": value, "round": proposed.get(trial, {}).get("round"),
-               "growths": [str(g.get("kind")) for g in proposed.get(trial, {}).get("growths") or []],
-               "parent": proposed.get(trial, {}).get("parent"),
-               "hparam_source": proposed.get(trial, {}).get("hparam_source"),
-               "hparams": proposed.get(trial, {}).get("hparams")} for _, trial, value in trial_losses]
-    return {"workload": "llm", "morphisms": dict(growths), "epochs": None,
-            "tokens_trained": scored.get("tokens_trained", tokens),
-            "best_loss": scored.get("best_loss", min(losses) if losses else None), "_trial_losses": trial_losses,
-            "_flops": sum(int(e.get("flops") or 0) for e in trained),
-            "_llm_trials": trials}
+    growths = Counter(dict.fromkeys(GROWTH_KINDS, 0))
+    growths.update(str(g.get("kind")) for e in proposed.values() for g in e.get("growths") or [])
+    trials = []
+    for e in events:
+        if e.get("type") != "trial_finished" or e.get("val_loss") is None:
+            continue
+        p = proposed.get(e.get("trial"), {})
+        trials.append({"trial": str(e.get("trial")), "t": float(e["t"]), "loss": float(e["val_loss"]),
+                       "round": p.get("round"), "growths": [str(g.get("kind")) for g in p.get("growths") or []],
+                       "parent": p.get("parent"), "hparam_source": p.get("hparam_source"), "hparams": p.get("hparams")})
+    return {"workload": "llm", "morphisms": dict(growths), "epochs": None, "tokens_trained": rules.get("tokens_trained"),
+            "best_loss": rules.get("best_loss"), "flops": rules.get("flops"), "_llm_trials": trials}
 
 
 def _sources_by_round(state: RunState) -> dict[str, dict[str, int]]:
@@ -276,16 +273,16 @@ def _accuracy_figure(state: RunState, series: list[dict[str, Any]], t0: float) -
     return acc
 
 
-def _loss_figure(series: list[dict[str, Any]], trial_losses: list[tuple[float, str, float]], t0: float) -> Any:
+def _loss_figure(series: list[dict[str, Any]], trials: list[dict[str, Any]], t0: float) -> Any:
     """An AIPerf-LLM run's best validation loss over time, and every finished trial's loss as a point."""
     import plotly.graph_objects as go
 
     loss = go.Figure()
     loss.add_scatter(x=[p["t"] / 60 for p in series], y=[p.get("best_loss") for p in series], name="best loss",
                      mode="lines", line_shape="hv")
-    loss.add_scatter(x=[(t - t0) / 60 for t, _, _ in trial_losses], y=[v for _, _, v in trial_losses],
+    loss.add_scatter(x=[(t["t"] - t0) / 60 for t in trials], y=[t["loss"] for t in trials],
                      mode="markers", name="trial loss", marker={"size": 5, "opacity": 0.5},
-                     hovertext=[trial for _, trial, _ in trial_losses])
+                     hovertext=[t["trial"] for t in trials])
     loss.update_layout(title="Best validation loss", xaxis_title="minutes since run start",
                        yaxis={"title": "loss (nats)"})
     return loss
@@ -297,7 +294,7 @@ def _figures_html(summary: dict[str, Any]) -> list[str]:
     series = summary["_series"]
     t0 = state.started_at or 0.0
     end = state.finished_at or state.last_t or t0
-    quality = (_loss_figure(series, summary.get("_trial_losses") or [], t0) if summary.get("workload") == "llm"
+    quality = (_loss_figure(series, summary.get("_llm_trials") or [], t0) if summary.get("workload") == "llm"
                else _accuracy_figure(state, series, t0))
     figures = [_score_figure(series), quality, _timeline(state, t0, end)]
     return [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})

@@ -96,6 +96,18 @@ def verify_llm(root: Path, run: Mapping[str, Any], signature_checks: list[dict[s
     return report
 
 
+def counted(run: Mapping[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the rules count of an AIPerf-LLM log, finished or still being written (`status`, `report`): the
+    finished trials, their tokens and FLOPs (llm-v1's, never the log's) and the best validation loss; None when
+    run.json names no AIPerf-LLM preset."""
+    preset, _ = _preset(run)
+    if preset is None:
+        return None
+    story = _Story(preset, events)
+    return {"trials_finished": len(story.finished), "tokens_trained": story.tokens, "flops": story.flops,
+            "best_loss": min(story.finished.values(), default=None)}
+
+
 def _finish(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
     report["checks"] = checks
     report["integrity_ok"] = R.all_passed(checks, "integrity")
