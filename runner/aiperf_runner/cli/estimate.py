@@ -64,20 +64,19 @@ def estimate_cmd(
 def _llm_estimate(accelerator_model: str, accelerators_per_node: int, nodes: int, duration: str, precision: str,
                   preset: str) -> dict[str, Any]:
     """An AIPerf-LLM run's machine, peak and hours; no score range, for want of a measured efficiency."""
-    from aiperf_runner.spec.estimate import estimate
+    from aiperf_runner.spec.estimate import machine
     from aiperf_runner.spec.llmflops import train_flops_per_token
     from aiperf_runner.spec.llmrules import llm_preset
 
     try:
         p = llm_preset(preset)
-        data = estimate(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
-                        duration_s=parse_duration(duration), precision=precision.lower(), preset=preset,
-                        train_flops=0.0, eval_flops=0.0, first_budget=1)
-    except (ValueError, KeyError) as exc:
-        raise AiperfError(str(exc).strip("'")) from None
+        data = machine(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
+                       duration_s=parse_duration(duration), precision=precision.lower(), preset=preset)
+    except ValueError as exc:
+        raise AiperfError(str(exc)) from None
     per_token = train_flops_per_token(p.seed_arch)
-    data["workload"] = "llm"
-    data["assumptions"] = [a for a in data["assumptions"] if not a.startswith("no reference measurement")] + [
+    data.update(workload="llm", efficiency=None, score_ops=None, split=None)
+    data["assumptions"] += [
         "no score range: no GPU run of the AIPerf-LLM trainer has been measured yet; `bench/gpu_trial.py "
         "--workload llm` prints one node's tokens/s and MFU, and the score is about that MFU x the peak",
         f"the seed model of {preset} trains {per_token.train / 1e9:.3g} GFLOP per token by the {per_token.rules} "

@@ -13,7 +13,7 @@ import typer
 
 from aiperf_runner.cli.options import format_ops
 from aiperf_runner.spec.errors import AiperfError
-from aiperf_runner.spec.estimate import MEASURED_LOW_REASON, MEASURED_LOW_SHARE, measured_score_range
+from aiperf_runner.spec.estimate import MEASURED_LOW_REASON, MEASURED_LOW_SHARE, measured_mfu, measured_score_range
 
 
 def _cores() -> int:
@@ -131,7 +131,7 @@ def _llm_preflight(preset: str, precision: str, batch_tokens: int, steps: int, n
     out["seed_trial"] = {"precision": speed.precision, "batch_tokens": speed.batch_tokens,
                          "first_step_s": speed.first_step_s, "tokens_per_s": speed.tokens_per_s,
                          "train_flops_per_token": speed.train_flops_per_token,
-                         "mfu": speed.tokens_per_s * speed.train_flops_per_token / device_peak if device_peak else None}
+                         "mfu": measured_mfu(speed.tokens_per_s, speed.train_flops_per_token, device_peak)}
     out["node_tokens_per_s"] = speed.tokens_per_s * devices
     out["score_ops"] = measured_score_range(out["node_tokens_per_s"], speed.train_flops_per_token, nodes)
     out["assumptions"] = [

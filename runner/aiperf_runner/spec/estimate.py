@@ -131,14 +131,10 @@ def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, durat
             "trials_per_slot": trials, "reason": reason}
 
 
-def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, duration_s: float,
-             precision: str, preset: str, train_flops: float, eval_flops: float,
-             first_budget: int, budgets: tuple[int, ...] | None = None, startup_s: float = STARTUP_S,
-             data_bytes: float | None = None, stage_bytes_per_s: float = STAGE_BYTES_PER_S) -> dict[str, Any]:
-    """The estimate as a JSON-ready dict (see `aiperf-runner estimate --json`). `budgets`: the epochs of a slot's
-    trials by round (the preset's; default: `first_budget` throughout); `startup_s`: each attempt's launch to
-    first step; `data_bytes` (default: the preset's, `DATA_BYTES`) staged at `stage_bytes_per_s` per node."""
-    budgets = budgets or (first_budget,)
+def machine(*, accelerator_model: str, accelerators_per_node: int, nodes: int, duration_s: float, precision: str,
+            preset: str) -> dict[str, Any]:
+    """The part of an estimate that needs no reference measurement: the machine, its node- and accelerator-hours
+    and its peak at `precision`, with the peak's source as the first assumption."""
     acc = peaks.lookup(accelerator_model)
     if acc is None:
         raise ValueError(f"accelerator {accelerator_model!r} is not in the peak table (spec/peaks.py); known: "
@@ -147,16 +143,38 @@ def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, 
         raise ValueError("--nodes and --accelerators-per-node must be at least 1, --duration positive")
     devices = nodes * accelerators_per_node
     device_peak = acc.peak_flops(precision)
-    peak = device_peak * devices
     out: dict[str, Any] = {
         "accelerator": acc.name, "accelerators_per_node": accelerators_per_node, "nodes": nodes,
         "accelerators": devices, "duration_s": duration_s, "precision": precision, "preset": preset,
         "node_hours": nodes * duration_s / 3600, "accelerator_hours": devices * duration_s / 3600,
-        "peak_flops": peak,
+        "peak_flops": device_peak * devices,
         "assumptions": [f"peak: {devices} x {device_peak / 1e12:g} TFLOP/s {precision} dense ({acc.note})"],
     }
     if precision in acc.fallback:
         out["assumptions"].append(f"{acc.name} has no {precision} unit: it runs at the FP32 rate")
+    return out
+
+
+def measured_mfu(rate: float, flops_per_unit: float, device_peak: float | None) -> float | None:
+    """`preflight`'s model FLOPs utilisation: one device's measured rate (images or tokens a second) x the FLOPs
+    the rules count per unit, over that device's peak; None without a peak."""
+    return rate * flops_per_unit / device_peak if device_peak else None
+
+
+def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, duration_s: float,
+             precision: str, preset: str, train_flops: float, eval_flops: float,
+             first_budget: int, budgets: tuple[int, ...] | None = None, startup_s: float = STARTUP_S,
+             data_bytes: float | None = None, stage_bytes_per_s: float = STAGE_BYTES_PER_S) -> dict[str, Any]:
+    """The estimate as a JSON-ready dict (see `aiperf-runner estimate --json`). `budgets`: the epochs of a slot's
+    trials by round (the preset's; default: `first_budget` throughout); `startup_s`: each attempt's launch to
+    first step; `data_bytes` (default: the preset's, `DATA_BYTES`) staged at `stage_bytes_per_s` per node."""
+    budgets = budgets or (first_budget,)
+    out = machine(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
+                  duration_s=duration_s, precision=precision, preset=preset)
+    peak = out["peak_flops"]
+    acc = peaks.lookup(accelerator_model)
+    assert acc is not None  # machine() refused a model the table does not know
+    node_peak = acc.peak_flops(precision) * accelerators_per_node
     ref = REFERENCES.get(preset)
     spec = get_preset(preset)
     if ref is None or spec is None or spec.train_images is None:
@@ -166,7 +184,6 @@ def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, 
     high = ref.efficiency(spec.train_images, train_flops)
     low = high * ref.low_share
     epoch = epoch_flops(preset, train_flops, eval_flops)
-    node_peak = device_peak * accelerators_per_node
     split = _split(nodes, node_peak * (low * high) ** 0.5, epoch, first_budget, duration_s, startup_s)
     scores, trials = [], []
     for eff in (low, high):
