@@ -185,17 +185,23 @@ def standing(result: Result | Facts, page: PageFacts | None = None) -> Standing:
     return Standing("unpublished", "Verified, waiting for a list maintainer to publish it.")
 
 
+def preset_problem(result: Result | Facts) -> str | None:
+    """Why an AIPerf-LLM result is open for its preset alone: its division takes the preset, which no check of its
+    report measures (spec/llmtrust.py). An LLM result's rules_version names its FLOP rules, so the presets admitted
+    are those of the service's rules."""
+    if result.workload != "llm" or result.division == Division.OFFICIAL:
+        return None
+    return llmtrust.preset_problem(result.preset, settings.AIPERF_RULES_VERSION or None)
+
+
 def not_official_because(result: Result | Facts, state: Standing | None = None) -> list[dict[str, str]]:
     """Why a verified result is not (or not yet) in the official ranking: each failed check with its message,
     then what the list still waits for; [] for an official result on the list. `state`: its standing, if known."""
     failed = (result.failed_checks or []) if isinstance(result, Facts) else _failed(result)
     reasons = [{"check": c["name"], "message": c.get("message", "")} for c in failed]
-    if result.workload == "llm" and result.division != Division.OFFICIAL:
-        # AIPerf-LLM's division also takes the preset, which no check of its report measures (spec/llmtrust.py)
-        # (an LLM result's rules_version names its FLOP rules: the presets admitted are the service's rules')
-        problem = llmtrust.preset_problem(result.preset, settings.AIPERF_RULES_VERSION or None)
-        if problem and not any(r["check"] == "validity.preset" for r in reasons):
-            reasons.append({"check": "validity.preset", "message": problem})
+    problem = preset_problem(result)
+    if problem and not any(r["check"] == "validity.preset" for r in reasons):
+        reasons.append({"check": "validity.preset", "message": problem})
     if result.division == Division.OFFICIAL:
         state = state or standing(result)
         if state.state not in ("live", "live_not_best"):

@@ -44,6 +44,7 @@ from leaderboard.site import format as fmt
 from leaderboard.site.queries import SORTS, ListParams
 from leaderboard.systems import is_cpu, known_peak
 
+LLM_AUDIT_PASSED = "Passed: the weights are the graphs' and reach the logged validation losses"
 GROUP_TITLES = {"integrity": "Integrity", "validity": "Validity (official division)", "stability": "Stability",
                 "plausibility": "Plausibility"}
 
@@ -382,9 +383,7 @@ def result(request: HttpRequest, pk: int) -> HttpResponse:
         "checks_failed": sum(not c.get("passed") for c in checks), "trials": trials,
         "trials_html": _trials_html(trials, llm), "llm": llm,
         "failed_names": [c.get("name") for c in checks if not c.get("passed")],
-        # AIPerf-LLM's division takes the preset, which no check measures: the lead says so
-        "preset_problem": llmtrust.preset_problem(r.preset, settings.AIPERF_RULES_VERSION or None)
-        if llm and r.division == "open" else None,
+        "preset_problem": standing.preset_problem(r),
         "demo": bool(report.get("demo")),
         "bundle": bool(r.submission.bundle.name), "points": len(points),
         "facts": [
@@ -440,10 +439,8 @@ def _audit_text(r: Result) -> str:
         return "not audited (no challenge: an unwitnessed run)"
     if r.audit == Result.Audit.DEMO:
         return r.get_audit_display()
-    shown = r.get_audit_display()
-    if r.workload == "llm":  # its trials log validation losses
-        shown = shown.replace("the logged accuracies", "the logged validation losses")
-    parts = [shown]
+    passed_llm = r.workload == "llm" and r.audit == Result.Audit.PASSED  # its trials log losses, not accuracies
+    parts = [LLM_AUDIT_PASSED if passed_llm else r.get_audit_display()]
     for trial, checks in ((r.audit_report or {}).get("trials") or {}).items():
         accuracy = next((c for c in checks if c["name"] in ("audit.accuracy", "audit.loss")), None)
         failed = [c["name"] for c in checks if not c["passed"]]
