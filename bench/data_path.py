@@ -30,13 +30,16 @@ core, images per CPU-second of reading the bytes, and of reading + decoding + th
 (seeded as SeededImages does, each decoder), from the pack's memory maps and from the decoder's pixel pack
 against from the files.
 
-`--device cuda`: the files' bytes decoded by `torchvision.io.decode_jpeg(list, device="cuda")` in batches of
-`--batch`, cropped and resized on the GPU; prints images/s of decode, train and val.
+`--device cuda` (or `--device-decoder` on the CPU): the `device` decoder (train/devdecode.py) as a trial runs
+it: the workers' share per CPU-second, then `decode_jpeg(list, device=...)` and the crops on the device in
+batches of `--batch`, images/s of decode, train and val; then its validation images against the `pil`
+reference, mean and max difference, with the rules' tolerance (the check a trial on a GPU makes at its start).
 
     python bench/data_path.py                     # 2,000 generated JPEGs, 3 rounds: about 5 minutes
     python bench/data_path.py --images 300 --rounds 2
     python bench/data_path.py --data /data/imagenet/val --images 5000
     python bench/data_path.py --device cuda --images 2000 --batch 256
+    python bench/data_path.py --device-decoder --images 300 --rounds 2
     python bench/data_path.py --packed --images 2000
 
 Measured on a 2-CPU machine (Xeon, AVX-512; torch 2.14, torchvision 0.29, Pillow 13 with libjpeg-turbo),
@@ -204,35 +207,57 @@ def differences(files: list[str], val_box: bool) -> None:
             print(f"  {key:8} mean {np.mean(means):.3f} (worst image's mean {max(means):.3f}), max {peak[key]}")
 
 
-# ---- --device cuda -----------------------------------------------------------------------------------------
+# ---- --device-decoder / --device cuda: the `device` decoder (train/devdecode.py) ---------------------------
 
-def cuda_bench(files: list[str], batch: int, rounds: int) -> None:
-    from torchvision.io import ImageReadMode, decode_jpeg
+def device_bench(files: list[str], batch: int, rounds: int, device: torch.device) -> None:
+    """The `device` decoder's path as a trial runs it: the workers' share (read the bytes, parse the header,
+    draw box and flip) per CPU-second, then the trial process's batches on `device` (decode alone, training
+    crops, validation) in images/s, then its validation images against the `pil` reference (the check a trial
+    on a GPU makes before it trains, here over every file)."""
+    from aiperf_runner.train import devdecode
 
-    data = [torch.frombuffer(bytearray(Path(p).read_bytes()), dtype=torch.uint8) for p in files]
-    train_tf, val_tf = decode.tensor_transforms("imagenet", SIZE)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    raw = [Path(p).read_bytes() for p in files]
+    train_plan, val_plan = devdecode.plans("imagenet", SIZE)
+    t0 = time.process_time()
+    train_items = []
+    for i, data in enumerate(raw):
+        torch.default_generator.manual_seed(sample_seed(1, 0, i))
+        train_items.append(train_plan(devdecode.encoded(data)))
+    worker_s = time.process_time() - t0
+    val_items = [val_plan(devdecode.encoded(data)) for data in raw]
+    finish = devdecode.DeviceFinish(device, "imagenet", SIZE)
+    jpegs = sum(item[0] == devdecode.JPEG for item in val_items)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"the device decoder on {device} ({name}): {len(files)} files ({jpegs} handed over as JPEG), "
+          f"batches of {batch}")
+    print(f"  workers  {len(files) / worker_s:8.0f} images per CPU-second (read, header, box and flip)")
 
-    def decoded(chunk: list[torch.Tensor]) -> list[torch.Tensor]:
-        return decode_jpeg(chunk, device="cuda", mode=ImageReadMode.RGB)
+    def decode_only(chunk: list[devdecode.Item]) -> Any:
+        return finish.decode([item[1] for item in chunk if item[0] == devdecode.JPEG])
 
-    def train(chunk: list[torch.Tensor]) -> torch.Tensor:  # boxes and flips drawn on the host, as on the CPU
-        return torch.stack([train_tf(img) for img in decoded(chunk)])
-
-    def val(chunk: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack([val_tf(img) for img in decoded(chunk)])
-
-    print(f"{torch.cuda.get_device_name()}: {len(files)} files, batches of {batch}")
-    for name, fn in (("decode", decoded), ("train", train), ("val", val)):
-        fn(data[:batch])  # warm-up: CUDA context, nvJPEG handles
+    for label, fn, items in (("decode", decode_only, val_items), ("train", finish, train_items),
+                             ("val", finish, val_items)):
+        fn(items[:batch])  # warm-up: CUDA context, nvJPEG handles
         times = []
         for _ in range(rounds):
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
-            for i in range(0, len(data), batch):
-                fn(data[i:i + batch])
-            torch.cuda.synchronize()
+            for i in range(0, len(items), batch):
+                fn(items[i:i + batch])
+            sync()
             times.append(time.perf_counter() - t0)
-        print(f"  {name:8} {len(files) / min(times):8.0f} images/s (best of {rounds})")
+        print(f"  {label:8} {len(files) / min(times):8.0f} images/s (best of {rounds})")
+    means, worst = [], 0
+    reference = folder_transforms("imagenet", SIZE)[1]
+    for i in range(0, len(raw), batch):
+        mean, peak = devdecode.val_difference(raw[i:i + batch], "imagenet", SIZE, device, reference)
+        means.append((mean, len(raw[i:i + batch])))
+        worst = max(worst, peak)
+    overall = sum(m * n for m, n in means) / len(raw)
+    within = overall <= devdecode.TOLERANCE_MEAN and worst <= devdecode.TOLERANCE_MAX
+    print(f"validation against pil: mean {overall:.3f} levels of 255, max {worst} (the rules admit "
+          f"{devdecode.TOLERANCE_MEAN} and {devdecode.TOLERANCE_MAX}: {'within' if within else 'OVER'})")
 
 
 # ---- --packed: the shard pack (aiperf-runner stage) against the files ----------------------------------
@@ -319,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="images decoded beforehand to time the transforms alone (1 to 1,000: 0.6 MB each, per path)")
     ap.add_argument("--val-box", action="store_true", help="also compare the resize-only-the-centre-box order")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--batch", type=int, default=128, help="--device cuda: files decoded per call")
+    ap.add_argument("--batch", type=int, default=128, help="--device-decoder: files decoded per call")
+    ap.add_argument("--device-decoder", action="store_true",
+                    help="instead: the device decoder's path on --device (implied by --device cuda)")
     ap.add_argument("--packed", action="store_true",
                     help="instead: read + decode + train from a shard pack and from pixel packs (aiperf-runner stage, "
                          "stage --decoded) against the files")
@@ -339,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [os.path.getsize(p) for p in files]
         print(f"{len(files)} files, mean {np.mean(sizes) / 1e3:.1f} kB (min {min(sizes) / 1e3:.0f}, "
               f"max {max(sizes) / 1e3:.0f})")
-        if args.device == "cuda":
-            cuda_bench(files, args.batch, args.rounds)
+        if args.device == "cuda" or args.device_decoder:
+            device_bench(files, args.batch, args.rounds, torch.device(args.device))
             return 0
         if args.packed:
             packed_bench(files, Path(tmp), args.rounds)

@@ -23,6 +23,11 @@ against world size x the single-device runner figure.
     python bench/gpu_trial.py                    # a CUDA GPU: 224x224, batch 256, bf16; < 5 min on an H200
     python bench/gpu_trial.py --tiny             # anywhere: the small seed, 16x16, 2 gloo processes (seconds)
     python bench/gpu_trial.py --steps 50 --batch 192 --timeout 600
+    python bench/gpu_trial.py --data-path 5120  # also fed by a pack of JPEGs: the tensor and device decoders
+
+With `--data-path IMAGES`, the runner's loop is also fed by the trial's own data path (`data_path`): a pack of
+IMAGES ImageNet-sized JPEGs read by build_data's loader workers, with each of `--decoders` (tensor: decoded on
+the CPUs; device: decoded on the GPU, train/devdecode.py), printed against the synthetic batch's images/s.
 
 With `--workload llm`, the same two questions of AIPerf-LLM's trainer (train/llm/trainer.py): tokens/s
 of a decoder-only transformer (default d_model 1024, 12 blocks of 16 heads x 64, SwiGLU MLP 2816,
@@ -243,6 +248,50 @@ def ddp(s: Settings | LlmSettings, world: int, out_dir: Path, key: str = "images
     return world * min(rates)
 
 
+# ---- --data-path: the runner's loop fed by the trial's own data path ----------------------------------
+
+def data_path(s: Settings, decoders: list[str], images: int, tmp: Path) -> dict[str, float]:
+    """Images/s of the runner's loop fed by build_data, per decoder: ImageNet-sized JPEGs (256 made here, each
+    linked under several names: decoding costs the same), packed as `aiperf-runner stage` packs them, read by
+    the loader's workers (the trial's default count) and, with `device`, decoded and cropped on the device;
+    one epoch untimed (workers, CUDA, nvJPEG start), the next timed, the device drained at its end."""
+    from aiperf_runner.data import shards
+    from aiperf_runner.train.data import DataError, DataSpec, build_data
+    from aiperf_runner.train.preflight import make_jpegs
+
+    (tmp / "jpegs").mkdir()
+    made = make_jpegs(tmp / "jpegs", min(images, 256))
+    for split, count in (("train", max(images, s.classes)), ("val", s.classes)):  # every class in both splits
+        for i in range(count):
+            folder = tmp / "tree" / split / f"c{i % s.classes:04d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            os.link(made[i % len(made)], folder / f"{i}.jpg")
+    digest = shards.pack(tmp / "tree", tmp / "pack").manifest["digest"]
+    device = torch.device("cuda:0" if s.device == "cuda" else "cpu")
+    precision = setup_precision(s.precision, device)
+    out: dict[str, float] = {}
+    for decoder in decoders:
+        spec = DataSpec("imagenet", s.classes, s.image_size, root=str(tmp / "pack"), decoder=decoder, packed=digest)
+        try:
+            data = build_data(spec, batch_size=s.batch, device=device, shuffle_seed=0, channels_last=True)
+        except DataError as exc:  # the device decoder's tolerance check on a GPU: print it, go on
+            print(f"  fed by the data path, {decoder}: refused: {exc}", flush=True)
+            continue
+        torch.manual_seed(0)
+        model = runner_model(s).to(device).to(memory_format=torch.channels_last)
+        optimizer, criterion = _sgd(model), nn.CrossEntropyLoss(label_smoothing=0.1)
+        schedule, scaler = CosineSchedule(optimizer, 0.1, 3), precision.make_scaler()
+        train_one_epoch(model, criterion, optimizer, data, precision, scaler, schedule, 0, device)
+        _sync(device)
+        t = time.perf_counter()
+        totals = train_one_epoch(model, criterion, optimizer, data, precision, scaler, schedule, 1, device)
+        float(totals.loss_sum)
+        _sync(device)
+        out[decoder] = totals.samples / (time.perf_counter() - t)
+        del model, data
+    return out
+
+
 # ---- AIPerf-LLM ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -449,6 +498,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     llm.add_argument("--seq-len", type=int, help="default 1024; tiny 64")
     llm.add_argument("--data-mib", type=int, help="MiB of random training bytes (default 64; tiny 1)")
     p.add_argument("--ddp-procs", type=int, help="DDP processes (default: every GPU; on a CPU 2); 0 skips DDP")
+    p.add_argument("--data-path", type=int, metavar="IMAGES", help="image: also the runner's loop fed by the trial's "
+                   "data path (a pack of IMAGES ImageNet-sized JPEGs, loader workers) with each --decoders")
+    p.add_argument("--decoders", default="tensor,device", help="--data-path: decoders to feed it with "
+                   "(default tensor,device)")
     p.add_argument("--timeout", type=float, default=280.0, help="stop everything after this many seconds")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
@@ -458,6 +511,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     elif any(getattr(args, x) is not None for x in ("d_model", "layers", "head_dim", "mlp_hidden", "seq_len",
                                                       "data_mib")):
         p.error("--d-model, --layers, --head-dim, --mlp-hidden, --seq-len and --data-mib need --workload llm")
+    if args.workload == "llm" and args.data_path:
+        p.error("--data-path is the image workload's")
     return args
 
 
@@ -512,6 +567,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     figures["ratio"] = one["runner"] / one["reference"]
     print(f"runner / reference: {figures['ratio']:.3f}"
           + (f"   (runner / ref-graph: {one['runner'] / one['ref-graph']:.3f})" if "ref-graph" in one else ""))
+    if args.data_path:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="aiperf-gpu-trial-") as tmp:
+            fed = data_path(s, args.decoders.split(","), args.data_path, Path(tmp))
+        figures["data_path"] = fed
+        for decoder, rate in fed.items():
+            print(f"  fed by the data path, {decoder:<7} {rate:10.1f} images/s: "
+                  f"{rate / one['runner']:.1%} of the synthetic batch's", flush=True)
     world = args.ddp_procs if args.ddp_procs is not None else (torch.cuda.device_count() if s.device == "cuda" else 2)
     if world >= 1:
         import tempfile

@@ -13,8 +13,10 @@
 # Every step's output goes to OUT/checks.txt (its command first), its exit status and time to OUT/summary.txt,
 # run.json of the GPU run to OUT/smoke-run.json: a lent machine sends back at most 8 files. Steps:
 #   gpus, env    nvidia-smi; Python, torch and torchvision versions, the device torch sees
-#   data-path    bench/data_path.py --device cuda: nvJPEG decode, train and val images/s (issue: the data path)
-#   gpu-trial    bench/gpu_trial.py: the seed trial's images/s against torchvision's reference loop, bf16
+#   data-path    bench/data_path.py --device cuda: the device decoder (nvJPEG) as a trial runs it: decode, train
+#                and val images/s, and its validation images against the pil reference (the rules' tolerance)
+#   gpu-trial    bench/gpu_trial.py: the seed trial's images/s against torchvision's reference loop, bf16; then
+#                fed by a pack of JPEGs through build_data with the tensor and the device decoder
 #   llm-trial    bench/gpu_trial.py --workload llm: tokens/s and MFU of the AIPerf-LLM trainer
 #   preflight    aiperf-runner preflight --json on the node's device
 #   smoke-run    aiperf-runner run --preset smoke --slots 1 --duration 40s on the GPU, then verify: the runner
@@ -68,12 +70,13 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "torchvision
 print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")'
 if [ "$cpu" = 1 ]; then
     step data-path 120 "$py" bench/data_path.py --images 60 --rounds 1
-    step gpu-trial 120 "$py" bench/gpu_trial.py --tiny --timeout 100
+    step device-decoder 120 "$py" bench/data_path.py --device-decoder --images 60 --rounds 1
+    step gpu-trial 120 "$py" bench/gpu_trial.py --tiny --data-path 64 --timeout 100
     step llm-trial 120 "$py" bench/gpu_trial.py --workload llm --tiny --timeout 100
     step preflight 120 "$runner" preflight --preset smoke --json
 else
-    step data-path 100 "$py" bench/data_path.py --device cuda --images 1000 --batch 256
-    step gpu-trial 120 "$py" bench/gpu_trial.py --steps 20 --timeout 110
+    step data-path 70 "$py" bench/data_path.py --device cuda --images 600 --batch 256
+    step gpu-trial 150 "$py" bench/gpu_trial.py --steps 20 --data-path 2560 --timeout 140
     step llm-trial 90 "$py" bench/gpu_trial.py --workload llm --timeout 80
     step preflight 60 "$runner" preflight --json
 fi

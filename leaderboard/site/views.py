@@ -246,7 +246,9 @@ def _tuning_text(knobs: Any) -> str:
     names = {"precision": "precision", "data_decoder": "image decoder", "decoded_at_staging": "images decoded at staging",
              "data_workers": "loader workers",
              "channels_last": "channels-last", "torch_compile": "torch.compile", "cuda_graphs": "CUDA graphs"}
-    return ", ".join(f"{names.get(k, k)} {'on' if v is True else 'off' if v is False else v}" for k, v in knobs.items())
+    values = {("data_decoder", "device"): "device (JPEGs decoded on the accelerators: nvJPEG on GPUs)"}
+    return ", ".join(f"{names.get(k, k)} {'on' if v is True else 'off' if v is False else values.get((k, v), v)}"
+                     for k, v in knobs.items())
 
 
 def _older_rules(version: str, admitted: set[str]) -> str:

@@ -20,10 +20,12 @@ def test_preflight_measures_and_predicts_from_its_measurements():
     trial, decode = out["seed_trial"], out["decode"]
     assert out["torch_import_s"] > 0 and trial["first_step_s"] > 0 and trial["images_per_s"] > 0
     assert trial["precision"] == "fp32" and out["device"] == "cpu"  # auto: fp32 without a GPU
-    assert set(decode["per_core"]) == {"tensor", "pil"} and min(decode["per_core"].values()) > 0
+    assert set(decode["per_core"]) == {"tensor", "pil", "device"} and min(decode["per_core"].values()) > 0
+    # the device decoder decodes in the run: no pixel pack of its images, its batches' rate on the device
     assert set(decode["per_core_decoded"]) == {"tensor", "pil"} and out["decoded"] is False
+    assert decode["on_device"] > 0
     # nothing left to decode: every decoder's loader is faster from its pixel pack
-    assert all(decode["per_core_decoded"][name] > rate for name, rate in decode["per_core"].items())
+    assert all(rate > decode["per_core"][name] for name, rate in decode["per_core_decoded"].items())
     assert decode["source"] == "made here" and decode["images"] == 8 and decode["mean_bytes"] > 20_000
     assert out["data_images_per_s"] == pytest.approx(decode["per_core"][out["decoder"]] * out["loader_cores"])
     node = min(out["compute_images_per_s"], out["data_images_per_s"])
@@ -46,6 +48,19 @@ def test_preflight_reads_a_sites_own_images_and_says_so_in_text(tmp_path):
     assert "from a pixel pack of them (stage --decoded): tensor" in done.stdout
     assert "cores, from a pixel pack (stage --decoded))" in done.stdout
     assert "limited by" in done.stdout and "expected score:" in done.stdout
+
+
+def test_preflight_with_the_device_decoder():
+    done = cli("preflight", "--preset", "cifar", "--steps", "1", "--images", "6", "--decode-seconds", "0.2", "--json",
+               env={"AIPERF_DATA_DECODER": "device"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    decode = out["decode"]
+    assert out["decoder"] == "device"
+    assert out["data_images_per_s"] == pytest.approx(min(decode["per_core"]["device"] * out["loader_cores"],
+                                                         decode["on_device"] * out["devices"]))
+    wrong = cli("preflight", "--preset", "cifar", "--decoded", env={"AIPERF_DATA_DECODER": "device"})
+    assert wrong.returncode == 1 and "not the device decoder's" in wrong.stderr
 
 
 def test_preflight_refuses_an_unknown_preset():

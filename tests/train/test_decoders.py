@@ -96,12 +96,12 @@ def test_tensor_path_is_close_to_the_pil_reference(jpegs: list[str]) -> None:
 
 
 def test_crop_box_draws_as_torchvision() -> None:
-    """The box of `_resized_crop_box` is torchvision's RandomResizedCrop's, draw for draw."""
+    """The box of `crop_box` is torchvision's RandomResizedCrop's, draw for draw."""
     crop = T.RandomResizedCrop(SIZE)
     for seed in range(200):
         height, width = 40 + seed % 90, 30 + (7 * seed) % 150
         torch.manual_seed(seed)
-        ours, our_next = decode._resized_crop_box(height, width), float(torch.rand(1))
+        ours, our_next = decode.crop_box(height, width), float(torch.rand(1))
         torch.manual_seed(seed)
         theirs = crop.make_params([torch.empty(3, height, width, dtype=torch.uint8)])
         assert ours == (theirs["top"], theirs["left"], theirs["height"], theirs["width"])

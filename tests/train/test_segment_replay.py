@@ -145,3 +145,27 @@ def test_segments_of_an_image_folder_replay_too(tmp_path: Path, nproc: int) -> N
                            steps=segs[-1].steps, world=nproc, data=str(tmp_path / "data"), preset_name="cifar",
                            dataset=dataset, tolerance=TOLERANCE)
     assert not short["passed"]
+
+
+def test_a_trial_decoded_on_its_device_replays(tmp_path: Path) -> None:
+    """The `device` decoder (train/devdecode.py): crops drawn in the workers, JPEGs decoded and cropped in the
+    trial's process; the audit's replay, with the decoder trial.json names, trains on the same images."""
+    from aiperf_runner.spec.seeds import small_resnet
+
+    from tests.train.test_decoders import _jpeg_folder
+
+    _jpeg_folder(tmp_path / "data", classes=3, per_class={"train": 16, "val": 4})
+    dataset = {"name": "imagenet", "train_images": 48, "val_images": 12, "classes": 3, "image_size": 16}
+    d = write_trial_dir(tmp_path / "t0001", commit_every_steps=2, dataset=dataset, preset="imagenet",
+                        data=str(tmp_path / "data"), data_decoder="device", graph=small_resnet(3, 16, width=8),
+                        hparams={"batch_size": 8}, epoch_budget=1)
+    done = run_trial_program(d, env={"AIPERF_DATA_WORKERS": "2"})
+    assert done.returncode == 0, done.stderr
+    segs = _segments(d)
+    assert segs
+    for seg in segs[:2]:
+        verdict = replay_segment(d, state_path(d, seg.start).read_bytes(), state_path(d, seg.end).read_bytes(),
+                                 epoch=seg.epoch, first=seg.first, last=seg.last, steps=seg.steps, world=1,
+                                 data=str(tmp_path / "data"), preset_name="imagenet", dataset=dataset,
+                                 tolerance=TOLERANCE)
+        assert verdict["passed"], verdict

@@ -174,3 +174,11 @@ def test_a_run_on_a_pixel_pack_says_its_images_were_decoded_at_staging():
                                "data_workers": 8, "channels_last": True, "torch_compile": False, "cuda_graphs": False}})
     assert _tuning_text(knobs) == ("precision bf16, image decoder tensor, images decoded at staging on, loader workers 8, "
                                    "channels-last on, torch.compile off, CUDA graphs off")
+
+
+def test_a_run_decoding_on_its_accelerators_says_so():
+    from leaderboard.site.views import _tuning_text
+
+    knobs = pipeline.tuning({"tuning": {"precision": "bf16", "data_decoder": "device", "data_workers": 15}})
+    assert _tuning_text(knobs) == ("precision bf16, image decoder device (JPEGs decoded on the accelerators: nvJPEG on "
+                                   "GPUs), loader workers 15")

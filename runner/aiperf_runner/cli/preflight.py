@@ -86,10 +86,15 @@ def preflight_cmd(
     decoder = default_decoder()
     node = compute
     if p.data_format == "folder":
-        out["decode"] = pf.decode_rates(DATA_DECODERS, p.name, p.image_size, data, images, decode_seconds)
+        if decoded and decoder == "device":
+            raise AiperfError("--decoded: a pixel pack holds the images of tensor or pil, not the device decoder's "
+                              "(it decodes in the run): set AIPERF_DATA_DECODER")
+        out["decode"] = pf.decode_rates(DATA_DECODERS, p.name, p.image_size, data, images, decode_seconds, device)
         # A GPU node keeps a core per device for its training process; the rest decode.
         loader_cores = max(1, out["cores"] - devices) if cuda else out["cores"]
         feed = out["decode"]["per_core_decoded" if decoded else "per_core"][decoder] * loader_cores
+        if decoder == "device":  # the workers draw the crops; each device decodes its own batches
+            feed = min(feed, out["decode"]["on_device"] * devices)
         out.update(decoder=decoder, decoded=decoded, loader_cores=loader_cores, data_images_per_s=feed)
         node = min(compute, feed)
     out["node_images_per_s"] = node
@@ -175,6 +180,9 @@ def text(d: dict[str, Any]) -> str:
         lines += [f"decoding:        images/s per core of the training transform: {per_core} "
                   f"({d['decode']['images']} JPEGs, {d['decode']['mean_bytes'] / 1024:.0f} kB mean, "
                   f"{d['decode']['source']}); from a pixel pack of them (stage --decoded): {decoded}",
+                  *([f"device decoder:  {d['decode']['on_device']:.0f} images/s of its batches' share on {d['device']} "
+                     "(imagenet's JPEGs decoded and cropped there; per core above: the workers' share)"]
+                    if "on_device" in d["decode"] else []),
                   f"data feed:       {d['data_images_per_s']:.0f} images/s ({d['decoder']} on {d['loader_cores']} "
                   f"cores, from {source})"]
     lines += [f"node rate:       {d['node_images_per_s']:.1f} images/s, limited by {d['limited_by']}",

@@ -54,6 +54,9 @@ def pixel_decoder(name: str) -> Any:
     from aiperf_runner.data.shards import PixelDecoder
     from aiperf_runner.train.decode import PIXEL_CODECS
 
+    if name == "device":
+        raise AiperfError("--decoder device decodes in the run, on the training device: a pixel pack holds the "
+                          f"images of {' or '.join(PIXEL_CODECS)} (--decoder), or stage the files' bytes (no --decoded)")
     if name not in PIXEL_CODECS:
         raise AiperfError(f"--decoder {name!r}: one of {', '.join(PIXEL_CODECS)}")
     return PixelDecoder(name, PIXEL_CODECS[name][0])

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from aiperf_runner.data.staging import IMG_EXTENSIONS, SPLITS, locked
-from aiperf_runner.rundir.config import DATA_DECODERS
+from aiperf_runner.rundir.config import PIXEL_DECODERS
 from aiperf_runner.spec.errors import AiperfError
 
 FORMAT = "aiperf-shards/1"
@@ -85,7 +85,7 @@ def folder_samples(split_dir: Path, classes: list[str]) -> list[tuple[str, int]]
 @dataclass(frozen=True)
 class PixelDecoder:
     """How a pixel pack is decoded at staging: `name`, the run decoder whose images these are (one of
-    DATA_DECODERS), and `decode`, an image file's bytes -> (H x W x 3 RGB bytes, height, width)."""
+    PIXEL_DECODERS), and `decode`, an image file's bytes -> (H x W x 3 RGB bytes, height, width)."""
 
     name: str
     decode: Callable[[bytes], tuple[bytes, int, int]]
@@ -306,9 +306,9 @@ def read_manifest_file(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, PIXELS_FORMAT):
         raise ShardError(f"{path}: not a manifest of format {FORMAT} or {PIXELS_FORMAT}")
     if (manifest["format"] == PIXELS_FORMAT) != (manifest.get("pixels") is not None) or \
-            manifest.get("pixels", DATA_DECODERS[0]) not in DATA_DECODERS:
+            manifest.get("pixels", PIXEL_DECODERS[0]) not in PIXEL_DECODERS:
         raise ShardError(f"{path}: format {manifest['format']} with pixels {manifest.get('pixels')!r} (a pixel pack "
-                         f"names its decoder, one of {', '.join(DATA_DECODERS)}; a pack of files names none)")
+                         f"names its decoder, one of {', '.join(PIXEL_DECODERS)}; a pack of files names none)")
     if manifest.get("digest") != manifest_digest(manifest):
         raise ShardError(f"{path}: its digest does not match its content (edited?)")
     return manifest

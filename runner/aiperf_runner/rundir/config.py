@@ -11,9 +11,12 @@ from aiperf_runner.spec.peaks import PRECISIONS
 TRIAL_MODULE = "aiperf_runner.train.trial"
 LR_RULES = ("linear", "none")  # as train/lrscale.py (which needs torch; this module must not)
 # How ImageFolder images are decoded and augmented (train/decode.py; docs/rules.md, "Decoders"): `tensor`
-# (torchvision.io, augmentation on uint8 tensors) or `pil` (the reference). Chosen at a run's start, from
+# (torchvision.io, augmentation on uint8 tensors), `pil` (the reference) or `device` (train/devdecode.py: JPEGs
+# decoded in batches on the training device, nvJPEG on a GPU). Chosen at a run's start, from
 # $AIPERF_DATA_DECODER or the default, and written to run.json and to every trial.json.
-DATA_DECODERS = ("tensor", "pil")
+DATA_DECODERS = ("tensor", "pil", "device")
+# The decoders whose images a pixel pack may hold (`stage --decoded`): decoding on the device is done in the run.
+PIXEL_DECODERS = ("tensor", "pil")
 AUTO_PRECISION = "auto"
 DEFAULT_DATA_DECODER = "tensor"
 DECODER_ENV = "AIPERF_DATA_DECODER"

@@ -22,7 +22,8 @@ ImageFolder training images are augmented in the loader's worker processes, each
 (`SeededImages`, spec/proof.py `sample_seed`: the trial's seed, the epoch and the image), so that the
 audit's replay of a segment, loading the same images in its own process, crops and flips them alike.
 They are decoded and augmented by the trial's decoder (trial.json `data_decoder`): `pil`, torchvision's
-reference path (`folder_transforms`), or `tensor`, decode.py's (torchvision.io, uint8 tensors).
+reference path (`folder_transforms`), `tensor`, decode.py's (torchvision.io, uint8 tensors), or `device`,
+devdecode.py's (the workers draw the crops; the batch's JPEGs are decoded and cropped on the training device).
 
 With `run --stage-data` (data/staging.py) the data root is the node's staged copy, and ImageFolder
 datasets take their classes and samples from the run's index (indexed_folder.py) instead of
@@ -364,12 +365,15 @@ class SeededImages(torch.utils.data.Dataset):
 class FolderLoader:
     """A DataLoader over an ImageFolder plus `set_epoch`, dropping a final batch of one image.
 
-    (BatchNorm cannot normalise a batch of one image whose feature maps are 1x1.)
+    (BatchNorm cannot normalise a batch of one image whose feature maps are 1x1.) `finish`: what makes the
+    batch's images of what the workers handed over (the `device` decoder's, devdecode.py `DeviceFinish`).
     """
 
-    def __init__(self, loader: DataLoader, drop_singleton: bool = False) -> None:
+    def __init__(self, loader: DataLoader, drop_singleton: bool = False,
+                 finish: Callable[[Any], torch.Tensor] | None = None) -> None:
         self.loader = loader
         self.drop_singleton = drop_singleton
+        self.finish = finish
         n = len(loader.sampler)  # type: ignore[arg-type]
         self._singleton = drop_singleton and n > 1 and n % loader.batch_size == 1  # type: ignore[operator]
 
@@ -382,10 +386,10 @@ class FolderLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         last = len(self)
-        for i, batch in enumerate(self.loader):
+        for i, (images, labels) in enumerate(self.loader):
             if i == last:
                 break
-            yield batch
+            yield (self.finish(images) if self.finish is not None else images), labels
 
 
 class Normalizer:
@@ -424,7 +428,7 @@ class DataSpec:
     channels: int = 3
     sha256: str | None = None  # fashion-mnist: the decoded data the run started with (run.json dataset.sha256)
     index: str | None = None  # ImageFolder: the run's data index (data/staging.py), read instead of scanning the tree
-    decoder: str | None = None  # ImageFolder: decode.py's DATA_DECODERS; None: $AIPERF_DATA_DECODER, else `tensor`
+    decoder: str | None = None  # ImageFolder: one of DATA_DECODERS (rundir/config.py); None: $AIPERF_DATA_DECODER, else `tensor`
     packed: str | None = None  # a pack's digest (run.json dataset.packed.digest): the pack the run started with
 
     @classmethod
@@ -490,6 +494,10 @@ def folder_decoding(spec: DataSpec) -> tuple[Any, Any, Callable[[str], Any]]:
         return (*folder_transforms(spec.name, spec.image_size), default_loader)
     if decoder == "tensor":
         return (*decode.tensor_transforms(spec.name, spec.image_size), decode.read_rgb)
+    if decoder == "device":
+        from . import devdecode
+
+        return (*devdecode.plans(spec.name, spec.image_size), devdecode.read_encoded)
     raise DataError(f"unknown image decoder {decoder!r} (expected one of {', '.join(decode.DATA_DECODERS)})")
 
 
@@ -582,15 +590,30 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     if val_set.classes != train_set.classes:
         raise DataError(f"{root}/val and {root}/train have different class folders")
     workers = default_workers(local_world_size) if workers is None else workers
-    pin = device.type == "cuda"
-    common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers, "pin_memory": pin,
-                              "persistent_workers": workers > 0, "worker_init_fn": worker_init_fn}
+    from .decode import default_decoder
+
+    on_device = (spec.decoder or default_decoder()) == "device"
+    finish: Callable[[Any], torch.Tensor] | None = None
+    if on_device:  # the workers hand over bytes and boxes; the images are made on the device
+        from . import devdecode
+
+        finish = devdecode.DeviceFinish(device, spec.name, spec.image_size)
+    common: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers,
+                              "pin_memory": device.type == "cuda" and not on_device,
+                              "persistent_workers": workers > 0, "worker_init_fn": worker_init_fn,
+                              **({"collate_fn": devdecode.collate} if on_device else {})}
     train_sampler: DistributedSampler[Any] = DistributedSampler(train_set, num_replicas=world_size, rank=rank,
                                                                 shuffle=True, seed=shuffle_seed)
     # A generator of its own: the loader's workers' seeds are not drawn from the global one, whose numbers
     # (dropout) a segment's replay must draw alike; the images are seeded one by one anyway.
     train = FolderLoader(DataLoader(SeededImages(train_set, shuffle_seed), sampler=EpochIndices(
         train_sampler, len(train_set)), generator=torch.Generator().manual_seed(shuffle_seed), **common),
-        drop_singleton=True)
-    val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common))
+        drop_singleton=True, finish=finish)
+    val = FolderLoader(DataLoader(val_set, sampler=ExactShardSampler(len(val_set), rank, world_size), **common),
+                       finish=finish)
+    if on_device and device.type != "cpu":  # on the CPU the images are the `tensor` decoder's, bit for bit
+        problem = devdecode.tolerance_problem(devdecode.first_images(val_set), spec.name, spec.image_size, device,
+                                              folder_transforms(spec.name, spec.image_size)[1])
+        if problem:
+            raise DataError(problem)
     return TrialData(train, val, len(train_set), len(val_set), normalizer)

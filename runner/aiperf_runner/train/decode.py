@@ -1,7 +1,8 @@
 """The `tensor` decoder of ImageFolder images: bytes -> uint8 tensor -> augmentation on the tensor.
 
-Two decoders are admitted (docs/rules.md, "Decoders"); trial.json `data_decoder` says which a trial
-uses, and the audit's replay of a segment uses the same one:
+Three decoders are admitted (docs/rules.md, "Decoders"); trial.json `data_decoder` says which a trial
+uses, and the audit's replay of a segment uses the same one (the third, `device`, is devdecode.py's: the
+JPEGs decoded on the training device, cropped with this module's code):
 
 - `pil`: the reference, torchvision's own path (PIL decodes, `folder_transforms` in data.py augments
   the PIL image, `PILToTensor` at the end).
@@ -156,7 +157,7 @@ def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return F.interpolate(batch, size=[height, width], mode="bilinear", align_corners=False, antialias=True)[0]
 
 
-def _resized_crop_box(height: int, width: int) -> tuple[int, int, int, int]:
+def crop_box(height: int, width: int) -> tuple[int, int, int, int]:
     """(top, left, h, w) of torchvision's RandomResizedCrop (default scale and ratio), drawing the same
     numbers from torch's global generator in the same order (v2 `RandomResizedCrop.make_params`)."""
     area = height * width
@@ -180,9 +181,17 @@ def _resized_crop_box(height: int, width: int) -> tuple[int, int, int, int]:
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def _flip(image: torch.Tensor) -> torch.Tensor:
-    """RandomHorizontalFlip(p=0.5) as torchvision draws it (one `torch.rand(1)`)."""
-    return image if torch.rand(1) >= 0.5 else image.flip(-1)
+def flip_drawn() -> bool:
+    """RandomHorizontalFlip(p=0.5)'s draw as torchvision makes it (one `torch.rand(1)`): True to flip."""
+    return bool(torch.rand(1) < 0.5)
+
+
+def crop_resize_flip(image: torch.Tensor, box: tuple[int, int, int, int], flip: bool, size: int) -> torch.Tensor:
+    """The training image of `image` (on any device): the box (top, left, h, w) as a view, only it resized to
+    size x size, then flipped; the `device` decoder (devdecode.py) finishes its crops with this too."""
+    top, left, h, w = box
+    out = _resize(image[:, top:top + h, left:left + w], size, size)
+    return (out.flip(-1) if flip else out).contiguous()
 
 
 class TrainCrop:
@@ -195,9 +204,8 @@ class TrainCrop:
         self.size = int(size)
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        top, left, h, w = _resized_crop_box(image.shape[-2], image.shape[-1])
-        crop = image[:, top:top + h, left:left + w]
-        return _flip(_resize(crop, self.size, self.size)).contiguous()
+        box = crop_box(image.shape[-2], image.shape[-1])
+        return crop_resize_flip(image, box, flip_drawn(), self.size)
 
 
 class CenterCrop:

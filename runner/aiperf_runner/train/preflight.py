@@ -197,16 +197,45 @@ def decode_rate(decoder: str, dataset: str, image_size: int, files: list[str], s
         torch.set_num_threads(threads)
 
 
+def device_decode_rate(dataset: str, image_size: int, files: list[str], device: torch.device, seconds: float,
+                       batch: int = 128) -> float:
+    """Images/s of the `device` decoder's share on `device` (devdecode.py `DeviceFinish`: the JPEGs decoded in
+    one call per batch, cropped, resized and flipped there), the workers' share done beforehand."""
+    from . import devdecode
+
+    plan, _val = devdecode.plans(dataset, image_size)
+    items = [plan(devdecode.read_encoded(path)) for path in files]
+    finish = devdecode.DeviceFinish(device, dataset, image_size)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    finish(items[:batch])  # CUDA context, nvJPEG handles
+    done, started = 0, time.perf_counter()
+    while True:
+        for i in range(0, len(items), batch):
+            finish(items[i:i + batch])
+            done += len(items[i:i + batch])
+        sync()
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return done / elapsed
+
+
 def decode_rates(decoders: tuple[str, ...], dataset: str, image_size: int, data: Path | None, images: int,
-                 seconds: float) -> dict[str, Any]:
+                 seconds: float, device: torch.device | None = None) -> dict[str, Any]:
     """Each decoder's images/s per core on the site's images (`data`) or on JPEGs made here: `per_core` from
-    the files, `per_core_decoded` from a pixel pack of them (`stage --decoded`)."""
+    the files, `per_core_decoded` from a pixel pack of them (`stage --decoded`; not the `device` decoder's,
+    which decodes in the run); with `device` among them, `on_device`: its batches' images/s on `device`."""
+    from .decode import PIXEL_CODECS
+
     with tempfile.TemporaryDirectory(prefix="aiperf-preflight-") as tmp:
         files = sample_images(data, images) if data is not None else make_jpegs(Path(tmp), images)
         if not files:
             raise FileNotFoundError(f"no JPEG files under {data}")
         size = sum(Path(f).stat().st_size for f in files) / len(files)
         rates = {name: decode_rate(name, dataset, image_size, files, seconds) for name in decoders}
-        decoded = {name: decode_rate(name, dataset, image_size, files, seconds, decoded=True) for name in decoders}
-    return {"images": len(files), "mean_bytes": size, "source": str(data) if data else "made here",
-            "per_core": rates, "per_core_decoded": decoded}
+        decoded = {name: decode_rate(name, dataset, image_size, files, seconds, decoded=True)
+                   for name in decoders if name in PIXEL_CODECS}
+        out = {"images": len(files), "mean_bytes": size, "source": str(data) if data else "made here",
+               "per_core": rates, "per_core_decoded": decoded}
+        if "device" in decoders:
+            out["on_device"] = device_decode_rate(dataset, image_size, files, device or torch.device("cpu"), seconds)
+    return out

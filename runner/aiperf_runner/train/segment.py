@@ -143,10 +143,10 @@ class _Batches:
             if self.loader.augment is not None:
                 images = self.loader.augment(images)
             return images, self.loader.labels.index_select(0, b)
-        from torch.utils.data import default_collate
-
-        dataset = self.loader.loader.dataset
-        images, labels = default_collate([dataset[int(j)] for j in b])
+        loader = self.loader.loader
+        images, labels = loader.collate_fn([loader.dataset[int(j)] for j in b])  # the loader's own collation
+        if self.loader.finish is not None:  # the `device` decoder's: decoded and cropped on the device
+            images = self.loader.finish(images)
         return images, labels
 
 

@@ -23,7 +23,12 @@ from . import decode
 
 def bytes_loader(decoder: str) -> Callable[[bytes | memoryview], Any]:
     """The decoder's loader of an image's bytes: `pil` PIL's RGB image (torchvision's pil_loader), `tensor`
-    a uint8 tensor (decode.py `decode_rgb`, what `read_rgb` does with a file)."""
+    a uint8 tensor (decode.py `decode_rgb`, what `read_rgb` does with a file), `device` the bytes for the
+    device (devdecode.py `encoded`, what `read_encoded` does with a file)."""
+    if decoder == "device":
+        from . import devdecode
+
+        return devdecode.encoded
     return decode.pil_rgb_image if decoder == "pil" else decode.decode_rgb
 
 
