@@ -69,6 +69,22 @@ def reference_resnet50() -> Path:
     return REFERENCE_COPY
 
 
+class _LastSnapshot:
+    """A run/progress.py display that keeps the run's last snapshot, written as JSON when the run closes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.last = path, {}
+
+    def update(self, snapshot: Any, force: bool = False) -> None:
+        self.last = snapshot()
+
+    def note(self, message: str) -> None:
+        pass
+
+    def close(self) -> None:
+        self.path.write_text(json.dumps(self.last))
+
+
 @pytest.fixture(scope="session")
 def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One short AIPerf-LLM run on this CPU (two slots of one process: the seed, then children grown from their
@@ -83,6 +99,7 @@ def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("llm") / "run"
     run = LlmRun.create(LlmRunConfig(slots=2, duration_s=LLM_RUN_MAX_S, devices_per_slot=1), run_dir,
                         say=lambda _: None)
+    run.progress = _LastSnapshot(run_dir.parent / "last-snapshot.json")  # what `run --progress` displays
     done = threading.Event()
 
     def stop_when_a_child_finished() -> None:

@@ -112,6 +112,24 @@ def _clock_back(events):
     return events
 
 
+def test_the_progress_display_shows_the_runs_own_figures(llm_run):
+    """`run --workload llm --progress`: the display's last snapshot is the log's story (trials, best loss), and
+    its status line speaks of loss, not accuracy or epochs."""
+    import json
+
+    from aiperf_runner.run.progress import LiveProgress, status_line
+    from aiperf_runner.spec.eventlog import read_events
+
+    snap = json.loads((llm_run.parent / "last-snapshot.json").read_text())
+    losses = [e["val_loss"] for e in read_events(llm_run / "events.jsonl") if e["type"] == "trial_finished"]
+    assert snap["finished"] and snap["finish_reason"] == "stopped" and snap["slots"] == 2
+    assert snap["trials_finished"] == len(losses) and snap["best_loss"] == min(losses)
+    assert snap["score_ops"] > 0 and snap["running"] == []
+    line = status_line(snap)
+    assert f"best loss {min(losses):.4f} nats" in line and "accuracy" not in line and "epochs" not in line
+    assert "AIPerf-LLM" in LiveProgress.render(snap).title
+
+
 @pytest.mark.parametrize("edit, caught_by", [
     (_one_slot, "plausibility.slot_exclusive"), (_training_compressed, "plausibility.trial_rate"),
     (_clock_back, "plausibility.timestamps"),

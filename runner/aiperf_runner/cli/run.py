@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +154,7 @@ def run(
             service = find_service(server, token, required=False)
         _run_llm(preset or "llm-smoke", slots, duration, out, seed, devices_per_slot, max_retries, resume,
                  service, registration, trial_module if trial_module != TRIAL_MODULE else None, data,
-                 rehearsal=rehearsal, backend=backend, backend_options=options)
+                 rehearsal=rehearsal, backend=backend, backend_options=options, progress=progress)
         return
     if workload != "image":
         raise AiperfError(f"unknown --workload {workload!r}: image or llm")
@@ -311,29 +311,22 @@ def _is_llm_run(run_dir: Path) -> bool:
 def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
              devices_per_slot: int, max_retries: int, resume: Path | None, service: Service | None,
              registration: dict[str, Any] | None, trial_module: str | None = None, data: str | None = None,
-             rehearsal: bool = False, backend: str = "local", backend_options: dict[str, Any] | None = None) -> None:
+             rehearsal: bool = False, backend: str = "local", backend_options: dict[str, Any] | None = None,
+             progress: str = "plain") -> None:
     """`run --workload llm` (or `--resume` of an LLM run): the AIPerf-LLM run (run/llmrun.py), its trials on
     `backend` (local: this machine; slurm: a job per attempt) with `backend_options`, witnessed by `service` when
     `--system` names a `registration`; `data`: a shard preset's shards (`--data`). A resume takes its backend
     from the run's run.json."""
-    from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig, summary
+    from aiperf_runner.run.llmrun import summary
+    from aiperf_runner.run.progress import make_progress
 
-    if resume is not None:
-        run_dir = resume
-        llm = LlmRun.resume(run_dir, service=service)
-        config = llm.config
-        typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
-    else:
-        # No --slots: one on this machine (it gets every core or GPU); the backend's own default elsewhere
-        # (slurm: as many as the partition's usable nodes hold).
-        config = LlmRunConfig(preset=preset, slots=slots or (1 if backend == "local" else 0), seed=seed,
-                              devices_per_slot=devices_per_slot, max_retries=max_retries, data=data,
-                              duration_s=parse_duration(duration) if duration else None, rehearsal=rehearsal,
-                              backend=backend, backend_options=dict(backend_options or {}))
-        if trial_module:
-            config.trial_module = trial_module
-        run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-        llm = LlmRun.create(config, run_dir, service=service, registration=registration)
+    display = make_progress(progress)
+    say = display.note if display is not None else (lambda _message: None)
+    with _closing_display_on_failure(display):
+        llm = _start_llm(preset, slots, duration, out, seed, devices_per_slot, max_retries, resume, service,
+                         registration, trial_module, data, rehearsal, backend, backend_options, say)
+    llm.progress = display
+    config, run_dir = llm.config, llm.run_dir
     if llm.witness is not None:
         typer.echo(f"witnessed by {llm.witness.witnessing.service.server} (registered system "
                    f"{llm.run_json['system']['id']}): the service issued this run's id and token")
@@ -352,3 +345,26 @@ def _run_llm(preset: str, slots: int | None, duration: str | None, out: Path | N
     if config.rehearsal:
         typer.echo(f"a rehearsal, never ranked: `aiperf-runner submit --rehearsal {run_dir}` has it verified and "
                    "audited for this site only")
+
+
+def _start_llm(preset: str, slots: int | None, duration: str | None, out: Path | None, seed: int,
+               devices_per_slot: int, max_retries: int, resume: Path | None, service: Service | None,
+               registration: dict[str, Any] | None, trial_module: str | None, data: str | None, rehearsal: bool,
+               backend: str, backend_options: dict[str, Any] | None, say: Callable[[str], None]) -> Any:
+    """The AIPerf-LLM run created, or resumed from `resume`."""
+    from aiperf_runner.run.llmrun import LlmRun, LlmRunConfig
+
+    if resume is not None:
+        llm = LlmRun.resume(resume, say=say, service=service)
+        typer.echo(f"AIPerf-LLM run {llm.run_json['run_id']} resumed: {len(llm.trials)} trials so far")
+        return llm
+    # No --slots: one on this machine (it gets every core or GPU); the backend's own default elsewhere
+    # (slurm: as many as the partition's usable nodes hold).
+    config = LlmRunConfig(preset=preset, slots=slots or (1 if backend == "local" else 0), seed=seed,
+                          devices_per_slot=devices_per_slot, max_retries=max_retries, data=data,
+                          duration_s=parse_duration(duration) if duration else None, rehearsal=rehearsal,
+                          backend=backend, backend_options=dict(backend_options or {}))
+    if trial_module:
+        config.trial_module = trial_module
+    run_dir = out or Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return LlmRun.create(config, run_dir, say=say, service=service, registration=registration)

@@ -92,6 +92,8 @@ class LlmRun:
     witness: llmwitness.LlmWitness | None = None  # a witnessed run's heartbeats and receipts (run/llmwitness.py)
     records: int = 0  # training records (train_end lines) in the main log
     stop_reason: str | None = None  # set by request_stop (another thread, a signal handler)
+    progress: Any = None  # run/progress.py's display (`run --progress`); None: no status display
+    failures: int = 0  # attempts that failed
     launches: llmlaunch.LlmLaunches = field(init=False)
 
     def __post_init__(self) -> None:
@@ -222,6 +224,8 @@ class LlmRun:
                 self._fill()
                 if self.witness is not None:
                     self.witness.tick()
+                if self.progress is not None:
+                    self.progress.update(self.snapshot)
                 if self.exhausted and not self.running and not self.waiting and not self.launches.pending:
                     reason = "exhausted"
                     break
@@ -245,10 +249,27 @@ class LlmRun:
             self.log.append("run_finished", reason=reason, **({"error": error} if error else {}))
             if self.witness is not None:
                 self.witness.finish()
+            if self.progress is not None:
+                self.progress.update(lambda: {**self.snapshot(), "finished": True, "finish_reason": reason}, force=True)
+                self.progress.close()
         finally:
             self.launches.close()
             self.backend.shutdown()
             self.log.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run so far for run/progress.py's displays (the image controller's keys; `best_loss` for accuracy)."""
+        assert self.config.duration_s is not None
+        elapsed = time.time() - self.started_at
+        losses = [t.loss for t in self.trials.values() if t.loss is not None]
+        return {"workload": WORKLOAD, "run_id": self.run_json["run_id"], "preset": self.preset.name,
+                "elapsed_s": elapsed, "duration_s": self.config.duration_s,
+                "remaining_s": max(0.0, self.config.duration_s - elapsed), "slots": len(self.slots),
+                "slots_busy": len(self.running), "trials_finished": len(losses), "trials_failed": self.failures,
+                "trials_proposed": len(self.trials), "best_loss": min(losses) if losses else None,
+                "score_ops": sum(t.flops for t in self.trials.values() if t.done) / elapsed if elapsed > 0 else None,
+                "running": [{"slot": slot, "trial": t.trial, "attempt": t.attempt,
+                             "growth": "+".join(t.proposal.morphisms) or "seed"} for slot, t in sorted(self.running.items())]}
 
     def _figures(self) -> tuple[float, int, float | None]:
         finished = [t for t in self.trials.values() if t.loss is not None]
@@ -394,6 +415,7 @@ class LlmRun:
     def _failed(self, trial: _Trial, error: str) -> None:
         retry = trial.attempt <= self.config.max_retries and "GrowthRefused" not in error
         self.log.append("trial_failed", trial=trial.trial, attempt=trial.attempt, error=error[:2000], retry=retry)
+        self.failures += 1
         self.say(f"{trial.trial} failed (attempt {trial.attempt}): {error}")
         if retry:
             self.waiting.appendleft(trial)

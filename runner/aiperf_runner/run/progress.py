@@ -32,11 +32,23 @@ def fmt_acc(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def fmt_loss(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f} nats"
+
+
+def _best(snap: dict[str, Any]) -> tuple[str, str]:
+    """(label, value) of the run's best model: validation accuracy, or an AIPerf-LLM run's validation loss."""
+    if "best_loss" in snap:
+        return "best loss", fmt_loss(snap["best_loss"])
+    return "best accuracy", fmt_acc(snap["best_accuracy"])
+
+
 def status_line(snap: dict[str, Any]) -> str:
+    label, best = _best(snap)
+    epochs = f", {snap['epochs']} epochs" if "epochs" in snap else ""
     return (f"[{fmt_duration(snap['elapsed_s'])} / {fmt_duration(snap['duration_s'])}] "
             f"slots {snap['slots_busy']}/{snap['slots']} busy | trials {snap['trials_finished']} finished, "
-            f"{snap['trials_failed']} failed, {snap['epochs']} epochs | best accuracy {fmt_acc(snap['best_accuracy'])} | "
-            f"score {fmt_ops(snap['score_ops'])}")
+            f"{snap['trials_failed']} failed{epochs} | {label} {best} | score {fmt_ops(snap['score_ops'])}")
 
 
 class PlainProgress:
@@ -102,18 +114,21 @@ class LiveProgress:
         grid.add_row("elapsed", f"{fmt_duration(snap['elapsed_s'])}  (remaining {fmt_duration(snap['remaining_s'])})")
         grid.add_row("", bar)
         grid.add_row("slots", f"{snap['slots_busy']}/{snap['slots']} busy")
+        epochs = f", {snap['epochs']} epochs" if "epochs" in snap else ""
         grid.add_row("trials", f"{snap['trials_finished']} finished, {snap['trials_failed']} failed, "
-                               f"{snap['trials_proposed']} proposed, {snap['epochs']} epochs")
-        grid.add_row("best accuracy", fmt_acc(snap["best_accuracy"]))
+                               f"{snap['trials_proposed']} proposed{epochs}")
+        grid.add_row(*_best(snap))
         grid.add_row("score", fmt_ops(snap["score_ops"]))
         if snap["running"]:
+            llm = "best_loss" in snap
             running = Table(box=None, padding=(0, 1), show_header=True, header_style="dim")
-            for col in ("slot", "trial", "attempt", "epochs"):
+            for col in ("slot", "trial", "attempt", "growth" if llm else "epochs"):
                 running.add_column(col)
             for r in snap["running"]:
-                running.add_row(str(r["slot"]), r["trial"], str(r["attempt"]), f"{r['epochs']}/{r['budget']}")
+                running.add_row(str(r["slot"]), r["trial"], str(r["attempt"]),
+                                r["growth"] if llm else f"{r['epochs']}/{r['budget']}")
             grid.add_row("running", running)
-        title = f"AIPerf {snap['preset']} run {snap['run_id'][:8]}"
+        title = f"AIPerf{'-LLM' if 'best_loss' in snap else ''} {snap['preset']} run {snap['run_id'][:8]}"
         if snap.get("finished"):
             title += f" — finished ({snap['finish_reason']})"
         return Panel(grid, title=title, expand=False)
