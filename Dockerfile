@@ -33,10 +33,15 @@ COPY requirements.txt ./
 RUN if [ -f /tmp/build-ca/ca-bundle.crt ]; then export PIP_CERT=/tmp/build-ca/ca-bundle.crt; fi \
     && pip install -r requirements.txt
 
+# WHEELS_DIR (docker/wheels/ unless named): wheels pip takes first, and their pins (constraints.txt), for the
+# audit image's torch (its CPU build where the audit runs on CPUs: docker/wheels/README); empty otherwise.
 ARG RUNNER_EXTRAS=""
+ARG WHEELS_DIR=docker/wheels
+COPY ${WHEELS_DIR}/ /tmp/build-wheels/
 COPY runner/ runner/
 RUN if [ -f /tmp/build-ca/ca-bundle.crt ]; then export PIP_CERT=/tmp/build-ca/ca-bundle.crt; fi \
-    && pip install "./runner${RUNNER_EXTRAS}" && rm -rf /tmp/build-ca
+    && if [ -f /tmp/build-wheels/constraints.txt ]; then export PIP_CONSTRAINT=/tmp/build-wheels/constraints.txt; fi \
+    && pip install --find-links /tmp/build-wheels "./runner${RUNNER_EXTRAS}" && rm -rf /tmp/build-ca /tmp/build-wheels
 
 COPY manage.py ./
 COPY server/ server/

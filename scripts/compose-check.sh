@@ -9,18 +9,23 @@
 #    PostgreSQL and Redis images from docker/postgres and docker/redis, the service image from the
 #    Dockerfile (BASE_IMAGE = that base), built side by side; the host's CA bundle goes into the
 #    service's build (docker/ca/) so that pip trusts a TLS-inspecting proxy.
-# 2. `up -d web worker beat` (postgres, redis and migrate with them; not the torch audit worker), the
-#    web port published on 127.0.0.1 only; waits for the health checks.
+#    The audit worker's image (torch) is built beside them with torch's CPU build from this machine's pip
+#    (AUDIT_TORCH pins; docker/audit-wheels, docker/wheels/README).
+# 2. `up -d web worker beat` (postgres, redis and migrate with them), the web port published on 127.0.0.1
+#    only; waits for the health checks.
 # 3. A site made in the web container (manage.py aiperf_site create); on the host, with a scratch
 #    AIPERF_CONFIG_DIR: keygen, register, system add, a witnessed 30-s smoke run (run token and
 #    heartbeats from the stack), submit --no-wait; the worker container verifies it; the API shows it
-#    verified and on the ranked list.
+#    verified and on the ranked list. Then `up -d audit`: the challenge answered from the host
+#    (aiperf-runner evidence uploads the committed states asked for), the audit container re-executes
+#    them, and the result's audit passes.
 # 4. `down` (volumes kept) and `up` again: the submission and its place on the list are still there.
 # 5. `down -v`, the images built here removed (not the base), dockerd stopped if this script started
 #    it and no other container runs on it.
 #
 # Environment: AIPERF_RUNNER (default .venv/bin/aiperf-runner: the host's runner, with torch),
-# BASE_IMAGE (aiperf-base:bookworm), COMPOSE_CHECK_KEEP=1 (leave the stack and images for a look).
+# BASE_IMAGE (aiperf-base:bookworm), AUDIT_TORCH (the audit image's torch pins, from the host's pip: default
+# torch's CPU build), COMPOSE_CHECK_KEEP=1 (leave the stack and images for a look).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -39,6 +44,10 @@ export BASE_IMAGE=${BASE_IMAGE:-aiperf-base:bookworm}
 export POSTGRES_IMAGE=aiperf-postgres:compose-check REDIS_IMAGE=aiperf-redis:compose-check
 export AIPERF_IMAGE=aiperf-service:compose-check AIPERF_AUDIT_IMAGE=aiperf-audit:compose-check
 export AIPERF_BIND=127.0.0.1 AIPERF_HEARTBEAT_INTERVAL_S=20
+# The audit image's torch: the CPU build (PyPI's Linux torch is a CUDA build of about 2.7 GB); its torchvision is
+# PyPI's, a CUDA build that does not load beside it, which the smoke audit never imports (docker/wheels/README).
+read -r -a audit_torch <<< "${AUDIT_TORCH:-torch==2.13.0+cpu torchvision==0.28.0}"
+export AIPERF_AUDIT_WHEELS=docker/audit-wheels
 SECRET_KEY=$("$py" -c 'import secrets; print(secrets.token_urlsafe(48))')
 AIPERF_PORT=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export SECRET_KEY AIPERF_PORT
@@ -59,13 +68,14 @@ cleanup() {
     local pid
     for pid in "${builds[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
     rm -f docker/ca/ca-bundle.crt
+    rm -rf "$AIPERF_AUDIT_WHEELS"
     if [ "${COMPOSE_CHECK_KEEP:-0}" = 1 ]; then
         say "COMPOSE_CHECK_KEEP=1: the stack ($COMPOSE_PROJECT_NAME, $url) and the images are left; scratch in $work"
         exit "$rc"
     fi
     if docker info >/dev/null 2>&1; then
         "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-        docker image rm "$AIPERF_IMAGE" "$POSTGRES_IMAGE" "$REDIS_IMAGE" >/dev/null 2>&1 || true
+        docker image rm "$AIPERF_IMAGE" "$AIPERF_AUDIT_IMAGE" "$POSTGRES_IMAGE" "$REDIS_IMAGE" >/dev/null 2>&1 || true
     fi
     rm -rf "$work"
     # dockerd only when this script started it and nothing else runs on it (other users' containers).
@@ -85,9 +95,13 @@ scripts/docker-base.sh start
 [ "$had_pid" = 0 ] && [ -f var/docker/dockerd.pid ] && dockerd_ours=1
 "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true  # what an interrupted check left
 
-phase "building $POSTGRES_IMAGE, $REDIS_IMAGE and $AIPERF_IMAGE side by side (logs in $work)"
+phase "building $POSTGRES_IMAGE, $REDIS_IMAGE, $AIPERF_IMAGE and $AIPERF_AUDIT_IMAGE side by side (logs in $work)"
 ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
 [ -f "$ca" ] && cp "$ca" docker/ca/ca-bundle.crt
+rm -rf "$AIPERF_AUDIT_WHEELS"
+"$py" -m pip download -q --no-deps -d "$AIPERF_AUDIT_WHEELS" "${audit_torch[@]}" >"$work/audit-wheels.log" 2>&1 \
+    || { cat "$work/audit-wheels.log" >&2; exit 1; }
+printf '%s\n' "${audit_torch[@]}" > "$AIPERF_AUDIT_WHEELS/constraints.txt"
 # timed NAME COMMAND...: COMMAND in the background in a process group of its own (its id is the
 # job's pid), its output in $work/NAME.log, its time printed.
 timed() {
@@ -100,7 +114,8 @@ timed() {
 timed postgres docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$POSTGRES_IMAGE" docker/postgres
 timed redis docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$REDIS_IMAGE" docker/redis
 timed service "${compose[@]}" build migrate  # the service image, as the compose file builds it
-for name in postgres redis service; do
+timed audit "${compose[@]}" build audit
+for name in postgres redis service audit; do
     if ! wait "${builds[$name]}"; then
         echo "compose-check: the $name image did not build:" >&2
         tail -30 "$work/$name.log" >&2
@@ -108,6 +123,7 @@ for name in postgres redis service; do
     fi
 done
 rm -f docker/ca/ca-bundle.crt
+rm -rf "$AIPERF_AUDIT_WHEELS"
 
 # ---- 2. the stack -------------------------------------------------------------------------------
 # state SERVICE: the health of its container (or its state when it has no health check).
@@ -202,8 +218,21 @@ print(f"{check}: submission {submission} {sub['status']}, result {result['id']} 
 PY
 }
 api "after the submission" | tee "$work/before.txt"
+
+phase "the audit worker: the challenge answered from the host, the work re-executed in its container"
+"${compose[@]}" up -d --no-build audit >"$work/up-audit.log" 2>&1 || { cat "$work/up-audit.log" >&2; exit 1; }
+"$runner" evidence "$work/run" --server "$url" --token "$token" --timeout 480 --json >"$work/evidence.json" \
+    || { cat "$work/evidence.json" >&2; exit 1; }
+"$py" - "$work/evidence.json" <<'PY'
+import json, sys
+sub = json.load(open(sys.argv[1]))
+if sub.get("audit") != "passed":
+    sys.exit(f"compose-check: the audit container did not pass the witnessed run: {json.dumps(sub)[:2000]}")
+print(f"audited in the audit container: {len(sub.get('states_received') or [])} committed state(s) re-executed, "
+      f"audit {sub['audit']}")
+PY
 # Every container's own health check too (worker's first one runs 30 s after its start, beat's 60 s).
-for service in postgres redis web worker beat; do wait_healthy "$service" 120; done
+for service in postgres redis web worker beat audit; do wait_healthy "$service" 120; done
 
 # ---- 4. restart: the volumes keep the result -------------------------------------------------------
 phase "docker-compose down (volumes kept), then up again"
