@@ -48,8 +48,9 @@ REFERENCES: dict[str, Reference] = {
         seconds=13.466 * 60, epochs=35, devices=8, accelerator="NVIDIA H100 SXM", precision="bf16",
         low_share=0.25,
         low_reason="not measured: no GPU run of this runner's trainer has been published yet. A quarter of the "
-                   "reference allows for JPEG decoding by torchvision on the CPUs (MLPerf uses DALI on the "
-                   "GPUs), untuned batch sizes (64-256) and architectures the search grows or shrinks",
+                   "reference allows for JPEG decoding on the CPUs with the default decoder (MLPerf uses DALI on "
+                   "the GPUs; AIPERF_DATA_DECODER=device decodes there, not yet measured on a GPU either), "
+                   "untuned batch sizes (64-256) and architectures the search grows or shrinks",
     ),
 }
 """Per preset. MLPerf results give a time, not an epoch count: ~35 epochs is typical of its ResNet-50
