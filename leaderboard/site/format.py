@@ -139,3 +139,13 @@ def system_label(system) -> str:
     if system.accelerator_count:
         return f"{system.accelerator_model} system, {system.nodes} node{'s' if system.nodes != 1 else ''}"
     return f"{system.cpu_model or 'CPU'} system, {system.nodes} node{'s' if system.nodes != 1 else ''}"
+
+
+def level_label(level: str) -> str:
+    """A verification level in words."""
+    return {"full": "Full", "partial": "Partial"}.get(level, level or "–")
+
+
+def loss(value: float | None) -> str:
+    """A validation loss (AIPerf-LLM), in nats."""
+    return "–" if value is None else f"{value:.4f} nats"

@@ -4,7 +4,7 @@
                                    ?format=csv|json downloads exactly the rows of that URL)
     /editions/                     the frozen editions
     /editions/<name>/              one frozen edition, as a list (same filters, sorting, downloads)
-    /results/<id>                  a result: charts, verification report, downloads
+    /results/<id>                  a result: charts, verification report, downloads (resultpage.py)
     /results/<id>/bundle           the signed bundle it was verified from
     /results/<id>/series.csv|json  the series the service recomputed
     /systems/<id>, /sites/<id>, /statistics, /methodology
@@ -17,16 +17,16 @@
 
 from django.urls import path
 
-from leaderboard.site import account, apply, changes, compare, views
+from leaderboard.site import account, apply, changes, compare, resultpage, views
 
 urlpatterns = [
     path("", views.ranked_list, name="home"),
     path("editions/", views.editions, name="editions"),
     path("editions/<str:name>/", views.ranked_list, name="edition"),
-    path("results/<int:pk>", views.result, name="result"),
-    path("results/<int:pk>/", views.result),
-    path("results/<int:pk>/bundle", views.result_bundle, name="result-bundle"),
-    path("results/<int:pk>/series.<str:ext>", views.result_series, name="result-series"),
+    path("results/<int:pk>", resultpage.result, name="result"),
+    path("results/<int:pk>/", resultpage.result),
+    path("results/<int:pk>/bundle", resultpage.result_bundle, name="result-bundle"),
+    path("results/<int:pk>/series.<str:ext>", resultpage.result_series, name="result-series"),
     path("systems/<int:pk>", views.system, name="system-page"),
     path("systems/<int:pk>/", views.system),
     path("sites/<int:pk>", views.site, name="site-page"),

@@ -168,7 +168,7 @@ def test_the_page_and_the_api_say_the_presets_known_spread(client, demo_data, mo
 
 
 def test_a_run_on_a_pixel_pack_says_its_images_were_decoded_at_staging():
-    from leaderboard.site.views import _tuning_text
+    from leaderboard.site.resultpage import _tuning_text
 
     knobs = pipeline.tuning({"tuning": {"precision": "bf16", "data_decoder": "tensor", "decoded_at_staging": True,
                                "data_workers": 8, "channels_last": True, "torch_compile": False, "cuda_graphs": False}})
@@ -177,7 +177,7 @@ def test_a_run_on_a_pixel_pack_says_its_images_were_decoded_at_staging():
 
 
 def test_a_run_decoding_on_its_accelerators_says_so():
-    from leaderboard.site.views import _tuning_text
+    from leaderboard.site.resultpage import _tuning_text
 
     knobs = pipeline.tuning({"tuning": {"precision": "bf16", "data_decoder": "device", "data_workers": 15}})
     assert _tuning_text(knobs) == ("precision bf16, image decoder device (JPEGs decoded on the accelerators: nvJPEG on "
