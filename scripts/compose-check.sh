@@ -18,7 +18,8 @@
 #    heartbeats from the stack), submit --no-wait; the worker container verifies it; the API shows it
 #    verified and on the ranked list. Then `up -d audit`: the challenge answered from the host
 #    (aiperf-runner evidence uploads the committed states asked for), the audit container re-executes
-#    them, and the result's audit passes.
+#    them, and the result's audit passes. Then a witnessed 30-s AIPerf-LLM run (llm-smoke), submitted and
+#    audited the same way (its trials trained again in the audit container), ranked on the ?workload=llm list.
 # 4. `down` (volumes kept) and `up` again: the submission and its place on the list are still there.
 # 5. `down -v`, the images built here removed (not the base), dockerd stopped if this script started
 #    it and no other container runs on it.
@@ -230,6 +231,25 @@ if sub.get("audit") != "passed":
     sys.exit(f"compose-check: the audit container did not pass the witnessed run: {json.dumps(sub)[:2000]}")
 print(f"audited in the audit container: {len(sub.get('states_received') or [])} committed state(s) re-executed, "
       f"audit {sub['audit']}")
+PY
+
+phase "an AIPerf-LLM run (llm-smoke, witnessed, 30 s) submitted, its challenge answered, audited in the container"
+timeout 300 "$runner" run --workload llm --preset llm-smoke --slots 2 --duration 30s --out "$work/llm" \
+    --system "Compose check" --progress plain >"$work/llm-run.log" 2>&1 || { tail -30 "$work/llm-run.log" >&2; exit 1; }
+"$runner" submit "$work/llm" --server "$url" --token "$token" --json --timeout 480 >"$work/llm-submit.json" \
+    || { cat "$work/llm-submit.json" >&2; exit 1; }
+"$py" - "$work/llm-submit.json" "$url" <<'PY'
+import json, sys, urllib.request
+sub, url = json.load(open(sys.argv[1])), sys.argv[2]
+if sub.get("status") not in ("verified", "published") or sub.get("audit") != "passed":
+    sys.exit(f"compose-check: the AIPerf-LLM run was not verified and audited: {json.dumps(sub)[:2000]}")
+with urllib.request.urlopen(f"{url}/api/v1/leaderboard/?workload=llm", timeout=10) as resp:
+    board = json.load(resp)
+entries = board["results"] if isinstance(board, dict) else board
+if not any(e["id"] == sub["result"] for e in entries):
+    sys.exit(f"compose-check: AIPerf-LLM result {sub['result']} is not on the ?workload=llm list")
+print(f"AIPerf-LLM: result {sub['result']} {sub['status']}, audit {sub['audit']} in the audit container, "
+      f"rank {sub['rank']} on the AIPerf-LLM list")
 PY
 # Every container's own health check too (worker's first one runs 30 s after its start, beat's 60 s).
 for service in postgres redis web worker beat audit; do wait_healthy "$service" 120; done

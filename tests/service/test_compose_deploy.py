@@ -2,8 +2,8 @@
 
 The script builds the service's images from the local Debian base (no registry is reachable here), starts the
 stack, submits a witnessed smoke run from this host, sees it verified and ranked, answers the challenge and sees the
-audit container pass its work, restarts the stack and finds the result still there, then removes what it made. About
-4 minutes alone. It runs in the serial phase's cluster stream,
+audit container pass its work, does the same with an AIPerf-LLM run, restarts the stack and finds the result still there, then removes what it made. About
+5 minutes alone. It runs in the serial phase's cluster stream,
 beside the service stacks (Docker mostly waits on builds and health checks). Needs Docker and docker-compose
 (skipped without them, failed under AIPERF_REQUIRE_SERVICES=1). The bound (`timeout`, TERM then KILL) lets the
 script's own cleanup run on a hung build or stack.
@@ -34,4 +34,5 @@ def test_the_compose_stack_verifies_ranks_and_keeps_a_witnessed_run() -> None:
     print(check.stdout)  # the phases and their times, shown with -s or on failure
     assert check.returncode == 0, (check.stdout[-4000:], check.stderr[-4000:])
     assert "audited in the audit container:" in check.stdout and "audit passed" in check.stdout, check.stdout[-4000:]
+    assert "audit passed in the audit container, rank 1 on the AIPerf-LLM list" in check.stdout, check.stdout[-4000:]
     assert "after the restart: aiperf_rebuild --check re-verified" in check.stdout, check.stdout[-4000:]
