@@ -43,7 +43,7 @@ from aiperf_runner.search.llmhparams import LlmHparamSearch
 from aiperf_runner.search.llmsearch import LlmArchitectureSearch, LlmProposal
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.eventlog import EventWriter, read_events
-from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset, trial_seed
+from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset, score_ops, trial_seed
 
 __all__ = ["POLL_S", "LlmRun", "LlmRunConfig", "LlmRunError", "summary"]
 
@@ -262,12 +262,13 @@ class LlmRun:
         assert self.config.duration_s is not None
         elapsed = time.time() - self.started_at
         losses = [t.loss for t in self.trials.values() if t.loss is not None]
+        flops, _records, _accuracy = self._figures()  # what the heartbeats report
         return {"workload": WORKLOAD, "run_id": self.run_json["run_id"], "preset": self.preset.name,
                 "elapsed_s": elapsed, "duration_s": self.config.duration_s,
                 "remaining_s": max(0.0, self.config.duration_s - elapsed), "slots": len(self.slots),
                 "slots_busy": len(self.running), "trials_finished": len(losses), "trials_failed": self.failures,
                 "trials_proposed": len(self.trials), "best_loss": min(losses) if losses else None,
-                "score_ops": sum(t.flops for t in self.trials.values() if t.done) / elapsed if elapsed > 0 else None,
+                "score_ops": score_ops(int(flops), elapsed) if elapsed > 0 else None,
                 "running": [{"slot": slot, "trial": t.trial, "attempt": t.attempt,
                              "growth": "+".join(t.proposal.morphisms) or "seed"} for slot, t in sorted(self.running.items())]}
 
