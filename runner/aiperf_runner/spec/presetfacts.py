@@ -120,6 +120,11 @@ def dataset_problems(preset: PresetSpec, dataset: Mapping[str, Any]) -> list[str
     return out
 
 
+# How far a decoder's validation images may be from the reference decoder's (`pil`), in levels of 255: (mean, largest
+# difference) over the images (docs/rules.md, "Decoders"; the `device` decoder's check, train/devdecode.py).
+DECODER_TOLERANCE = (0.05, 2)
+
+
 def pixel_pack_problem(dataset: Mapping[str, Any], decoder: Any) -> str | None:
     """A pack of decoded pixels (`stage --decoded`: `dataset.packed.pixels`) holds one decoder's images; a run
     reading it must decode with that one: what is wrong, or None."""

@@ -483,13 +483,20 @@ def folder_transforms(name: str, image_size: int) -> tuple[Any, Any]:
     return train, val
 
 
+def decoder_of(spec: DataSpec) -> str:
+    """The ImageFolder decoder of a trial: its spec's, else $AIPERF_DATA_DECODER, else `tensor`."""
+    from .decode import default_decoder
+
+    return spec.decoder or default_decoder()
+
+
 def folder_decoding(spec: DataSpec) -> tuple[Any, Any, Callable[[str], Any]]:
     """(training transform, validation transform, file loader) of an ImageFolder with the spec's decoder."""
     from torchvision.datasets.folder import default_loader
 
     from . import decode
 
-    decoder = spec.decoder or decode.default_decoder()
+    decoder = decoder_of(spec)
     if decoder == "pil":
         return (*folder_transforms(spec.name, spec.image_size), default_loader)
     if decoder == "tensor":
@@ -549,11 +556,10 @@ def _folder_sets(spec: DataSpec, root: Path) -> tuple[Any, Any]:
 
     train_tf, val_tf, loader = folder_decoding(spec)
     if shards.is_pack(root):
-        from . import decode
         from .sharded_folder import packed_sets
 
         try:
-            return packed_sets(root, spec.decoder or decode.default_decoder(), train_tf, val_tf, spec.packed)
+            return packed_sets(root, decoder_of(spec), train_tf, val_tf, spec.packed)
         except shards.ShardError as exc:
             raise DataError(f"{spec.name}: {exc}") from None
     for split in ("train", "val"):
@@ -590,9 +596,7 @@ def build_data(spec: DataSpec, *, batch_size: int, rank: int = 0, world_size: in
     if val_set.classes != train_set.classes:
         raise DataError(f"{root}/val and {root}/train have different class folders")
     workers = default_workers(local_world_size) if workers is None else workers
-    from .decode import default_decoder
-
-    on_device = (spec.decoder or default_decoder()) == "device"
+    on_device = decoder_of(spec) == "device"
     finish: Callable[[Any], torch.Tensor] | None = None
     if on_device:  # the workers hand over bytes and boxes; the images are made on the device
         from . import devdecode

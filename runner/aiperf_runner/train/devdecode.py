@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 
+from aiperf_runner.spec.presetfacts import DECODER_TOLERANCE
+
 from . import decode
 
 # What a worker hands over for one image: (kind, payload, box, flip) with box = (top, left, h, w) of the training
@@ -30,9 +32,8 @@ from . import decode
 JPEG, PIXELS, FINISHED = 0, 1, 2  # payload: the file's bytes | the decoded (3, H, W) image | the finished image
 Item = tuple[int, torch.Tensor, "tuple[int, int, int, int] | None", bool]
 
-# The rules' tolerance for a decoder's validation images against the reference (`pil`), in levels of 255
-# (docs/rules.md, "Decoders"; the `tensor` decoder is held to it by tests/train/test_decoders.py).
-TOLERANCE_MEAN, TOLERANCE_MAX = 0.05, 2
+# The rules' tolerance for a decoder's validation images against the reference (`pil`), in levels of 255.
+TOLERANCE_MEAN, TOLERANCE_MAX = DECODER_TOLERANCE
 CHECK_IMAGES = 32  # validation images a trial on a GPU compares before it trains
 
 _SOF_NVJPEG = (0xC0, 0xC1, 0xC2)  # baseline, extended and progressive Huffman: what nvJPEG decodes
@@ -130,8 +131,7 @@ class DeviceFinish:
 
     def __init__(self, device: torch.device, name: str, image_size: int) -> None:
         self.device, self.size = device, int(image_size)
-        self.centre = decode.CenterCrop(int(round(image_size * 256 / 224)) if name == "imagenet" else image_size,
-                                        image_size)
+        self.centre = decode.tensor_transforms(name, image_size)[1]  # validation's resize and centre crop
 
     def decode(self, raws: list[torch.Tensor]) -> list[torch.Tensor]:
         """The JPEGs decoded on the device; one that fails there (nvJPEG returns nothing of a batch with a
