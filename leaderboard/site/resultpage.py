@@ -53,7 +53,6 @@ def _tuning_text(knobs: Any) -> str:
                      for k, v in knobs.items())
 
 
-
 def _visible_result(pk: int) -> Result:
     return get_object_or_404(queries.visible_results().select_related("site", "system", "submission"), pk=pk)
 

@@ -106,6 +106,7 @@ class LiveProgress:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
+        llm = "best_loss" in snap  # an AIPerf-LLM run's: losses and growths, no accuracy or epochs
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column()
@@ -120,7 +121,6 @@ class LiveProgress:
         grid.add_row(*_best(snap))
         grid.add_row("score", fmt_ops(snap["score_ops"]))
         if snap["running"]:
-            llm = "best_loss" in snap
             running = Table(box=None, padding=(0, 1), show_header=True, header_style="dim")
             for col in ("slot", "trial", "attempt", "growth" if llm else "epochs"):
                 running.add_column(col)
@@ -128,7 +128,7 @@ class LiveProgress:
                 running.add_row(str(r["slot"]), r["trial"], str(r["attempt"]),
                                 r["growth"] if llm else f"{r['epochs']}/{r['budget']}")
             grid.add_row("running", running)
-        title = f"AIPerf{'-LLM' if 'best_loss' in snap else ''} {snap['preset']} run {snap['run_id'][:8]}"
+        title = f"AIPerf{'-LLM' if llm else ''} {snap['preset']} run {snap['run_id'][:8]}"
         if snap.get("finished"):
             title += f" — finished ({snap['finish_reason']})"
         return Panel(grid, title=title, expand=False)

@@ -173,9 +173,7 @@ def estimate(*, accelerator_model: str, accelerators_per_node: int, nodes: int, 
     out = machine(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
                   duration_s=duration_s, precision=precision, preset=preset)
     peak = out["peak_flops"]
-    acc = peaks.lookup(accelerator_model)
-    assert acc is not None  # machine() refused a model the table does not know
-    node_peak = acc.peak_flops(precision) * accelerators_per_node
+    node_peak = peak / nodes
     ref = REFERENCES.get(preset)
     spec = get_preset(preset)
     if ref is None or spec is None or spec.train_images is None:
