@@ -56,6 +56,8 @@ def test_bundle_of_a_slurm_run_is_private_and_verifies(one_node: Path, tmp_path:
         if not path.is_file() or path.name == "MANIFEST.sig":  # base64 of a signature
             continue
         text = path.read_text(errors="replace")
+        if path.name == "MANIFEST.json":  # its public key is base64, which may start with "/" and hold another
+            text = text.replace(json.loads(text)["public_key"], "")
         where = path.relative_to(tmp_path / "unpacked")
         assert not words.search(text), f"{where} names a host: {words.search(text)}"
         assert not ABS_PATH.search(text), f"{where} holds an absolute path: {ABS_PATH.search(text)}"
