@@ -2,6 +2,8 @@
 
 Sites (with signing keys), systems in families of node counts, submissions, results with their
 series, verification reports and trials, and June/November editions — all plausible, none real.
+AIPerf-LLM results (devdata/llmdemo.py) are a tenth as many again: each is `spec.verify`'s report of a run
+generated with its own figures, signed with its site's key and witnessed by a stand-in for the service.
 The figures hang together the way verified ones do: the series sits on `aiperf_runner.spec.scoring`'s
 grid and its regulated score is `spec.scoring.regulated_score`; the verification report is one that
 `spec.verify` really gave a generated run, with the demo's figures checked again by `spec.rules`
@@ -37,7 +39,7 @@ from aiperf_runner.spec import witness as spec_witness
 from django.db import transaction
 from django.utils import timezone
 
-from devdata import reports
+from devdata import llmdemo, reports
 from leaderboard import pipeline, ranking, translog
 from leaderboard.models import (
     Edition,
@@ -97,6 +99,7 @@ class Summary:
     trials: int
     editions: int
     seconds: float
+    llm_results: int = 0
 
 
 def is_demo_result(result: Result) -> bool:
@@ -128,11 +131,15 @@ def _hex(rng: random.Random, n: int = 64) -> str:
 
 
 class Generator:
-    def __init__(self, n_results: int, seed: int = 1, now: datetime | None = None) -> None:
+    def __init__(self, n_results: int, seed: int = 1, now: datetime | None = None, llm_results: int | None = None
+                 ) -> None:
         self.n = n_results
+        self.n_llm = llmdemo.default_count(n_results) if llm_results is None else llm_results
         self.rng = random.Random(seed)
-        # The run tokens draw from their own stream, so that adding them left every other figure as it was.
+        # The run tokens and the AIPerf-LLM results draw from their own streams, so that adding them left every
+        # other figure as it was.
         self.token_rng = random.Random(seed + 0x70CE)
+        self.llm_rng = random.Random(seed + 0x11A)
         self.now = now or timezone.now()
         self.span_days = 900 if n_results >= 50 else 400
 
@@ -326,12 +333,15 @@ class Generator:
         start = time.perf_counter()
         rng = self.rng
         sites = Site.objects.bulk_create(self.sites())
-        keys = []
+        keys, privates = [], []
         for site in sites:
             private = spec_keys.generate_key()
+            privates.append(private)
             keys.append(SiteKey(site=site, public_key=spec_keys.public_b64(private),
                                 fingerprint=spec_keys.fingerprint(private), label="demo key", created_at=site.created_at))
-        key_of = {k.site_id: k for k in SiteKey.objects.bulk_create(keys)}
+        created = SiteKey.objects.bulk_create(keys)
+        key_of = {k.site_id: k for k in created}
+        signing = {k.site_id: (k, p) for k, p in zip(created, privates, strict=True)}
         pairs = self.systems(sites)
         if len(pairs) > self.n:
             pairs = rng.sample(pairs, self.n)
@@ -371,6 +381,14 @@ class Generator:
                                   failed_checks=failed_of(values["report"]), **values))  # bulk_create: no save()
             points.append(g["points"])
             trials.append(g["trials"])
+        llm = llmdemo.generate(list(zip(systems, infos, strict=True)), signing, self.n_llm, self.llm_rng, self.now)
+        for made in llm:
+            if made.result.division == "official":  # as for images: nothing behind the figures to re-execute
+                made.result.audit, made.result.audit_report = Result.Audit.DEMO, DEMO_AUDIT
+            subs.append(made.submission)
+            results.append(made.result)
+            points.append(made.points)
+            trials.append(made.trials)
         for sub, result in zip(Submission.objects.bulk_create(subs, batch_size=1000), results, strict=True):
             result.submission = sub
         Result.objects.bulk_create(results, batch_size=500)
@@ -382,7 +400,7 @@ class Generator:
         ranking.rerank()
         translog.record_many(Result.objects.filter(pk__in=[r.pk for r in results]), "accepted")
         editions = self.editions(min((r.published_at for r in results if r.published_at), default=self.now))
-        return Summary(len(sites), len(systems), len(results), n_trials, editions, time.perf_counter() - start)
+        return Summary(len(sites), len(systems), len(results), n_trials, editions, time.perf_counter() - start, len(llm))
 
     def run_attempts(self, results: list[Result]) -> list[RunAttempt]:
         """The run tokens behind the results, as a system's page counts them: one per witnessed result, submitted,
@@ -433,10 +451,13 @@ class Generator:
         return made
 
 
-def generate(n_results: int, seed: int = 1) -> Summary:
-    """Replace the demo data with `n_results` generated results (one transaction)."""
+def generate(n_results: int, seed: int = 1, llm_results: int | None = None) -> Summary:
+    """Replace the demo data with `n_results` generated AIPerf results and `llm_results` AIPerf-LLM ones (None:
+    llmdemo.default_count) in one transaction."""
     if n_results < 1:
         raise ValueError("--results must be at least 1")
+    if llm_results is not None and llm_results < 0:
+        raise ValueError("--llm-results must be at least 0")
     with transaction.atomic():
         clear()
-        return Generator(n_results, seed).run()
+        return Generator(n_results, seed, llm_results=llm_results).run()

@@ -215,7 +215,7 @@ def _verify(sub: Submission) -> dict[str, Any]:
             if report["run_id"] != sub.run_id:
                 raise Rejected("integrity.run_id", "the report's run id differs from the submission's")
             if verified.replay is None:
-                trials = _llm_trials(report)
+                trials = llm_trial_rows(report)
                 drawn = llmaudit.draw(report, secrets.randbits(64))
             else:
                 trials = _trials(verified.replay, verified.run_dir, report["rules"])
@@ -364,7 +364,7 @@ def _trials(replay: Replay, run_dir: RunDir, rules: str) -> list[dict[str, Any]]
     return out
 
 
-def _llm_trials(report: dict[str, Any]) -> list[dict[str, Any]]:
+def llm_trial_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """An AIPerf-LLM run's per-trial rows, as its report gives them (spec/llmverify.py); FLOPs per token."""
     return [{"trial": t["trial"], "arch_hash": t["arch_hash"], "parent": t["parent"], "morphisms": t["morphisms"],
              "slot": t["slot"], "status": STORED_STATUS.get(t["status"], t["status"]), "started_s": t["started_s"],

@@ -20,11 +20,13 @@ def fresh_page_cache() -> None:
 
 @pytest.fixture
 def demo_data():
-    """demo_data(n, seed=1) -> Summary: replace the demo data with n generated results."""
+    """demo_data(n, seed=1, llm_results=0) -> Summary: replace the demo data with n generated results and
+    `llm_results` AIPerf-LLM ones (None: a tenth as many, as `manage.py aiperf_demo_data` makes); none by default:
+    the image list's tests hold the list to every result there is."""
     from devdata import demo
 
-    def make(n: int, seed: int = 1):
-        return demo.generate(n, seed=seed)
+    def make(n: int, seed: int = 1, llm_results: int | None = 0):
+        return demo.generate(n, seed=seed, llm_results=llm_results)
 
     return make
 

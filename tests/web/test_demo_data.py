@@ -28,8 +28,11 @@ def test_refused_when_debug_is_off_unless_forced(settings):
 
 def test_generates_n_marked_results_with_everything(settings):
     settings.DEBUG = True
-    call_command("aiperf_demo_data", results=25, stdout=io.StringIO())
-    assert Result.objects.count() == 25 == ResultSeries.objects.count() == Submission.objects.count()
+    out = io.StringIO()
+    call_command("aiperf_demo_data", results=25, stdout=out)
+    assert "27 results (2 of them AIPerf-LLM)" in out.getvalue()  # a tenth as many again
+    assert Result.objects.count() == 27 == ResultSeries.objects.count() == Submission.objects.count()
+    assert Result.objects.filter(workload="llm").count() == 2
     assert Trial.objects.count() > 25
     assert all(s.url.startswith(demo.DEMO_URL) for s in Site.objects.all())
     assert all(r.report["demo"] is True for r in Result.objects.all())
@@ -40,7 +43,7 @@ def test_generates_n_marked_results_with_everything(settings):
 def test_figures_hang_together_as_verified_ones_do():
     demo.generate(30)
     th = thresholds()
-    for r in Result.objects.select_related("series"):
+    for r in Result.objects.filter(workload="image").select_related("series"):
         points = r.series.points
         assert points[-1]["score"] == r.score_ops and points[-1]["max_accuracy"] == r.max_accuracy
         assert r.regulated_score_ops == pytest.approx(scoring.regulated_score(r.score_ops, r.max_accuracy))
@@ -57,6 +60,32 @@ def test_figures_hang_together_as_verified_ones_do():
         assert max(t.best_accuracy for t in trials) == pytest.approx(r.max_accuracy)
     for entry in EditionEntry.objects.select_related("edition", "result"):
         assert entry.result.published_at <= entry.edition.frozen_at
+
+
+def test_the_llm_results_are_verifications_of_runs_of_their_own_figures():
+    """Each AIPerf-LLM demo result is what spec.verify reported of a generated run: every check passed, its
+    score the rules' FLOPs over its time, its series and trials the report's; llm-kjv official, llm open."""
+    from aiperf_runner.spec import llmrules
+
+    demo.generate(40, llm_results=8)
+    llm = list(Result.objects.filter(workload="llm").select_related("series", "system"))
+    assert len(llm) == 8 and {r.rules for r in llm} == {"llm-v1"}
+    for r in llm:
+        checks = r.report["checks"]
+        assert all(c["passed"] for c in checks), [c for c in checks if not c["passed"]]
+        assert r.report["flops"] / r.duration_s == pytest.approx(r.score_ops)
+        assert r.regulated_score_ops == pytest.approx(llmrules.regulated_score_ops(r.score_ops, r.best_loss))
+        assert r.best_loss <= llmrules.llm_preset(r.preset).loss_gate
+        assert r.series.points[-1]["best_loss"] == r.best_loss and r.series.points[-1]["t"] == r.duration_s
+        assert r.division == ("official" if r.preset == "llm-kjv" else "open")
+        assert r.witnessed and r.report["system"]["registered"] and r.report["fingerprint"] == r.submission.key.fingerprint
+        assert set(r.report["morphisms_used"]) == {"insert_block", "widen_mlp", "add_heads"}
+        trials = list(r.trials.all())
+        assert len(trials) > 10 and min(t.best_loss for t in trials if t.best_loss is not None) == r.best_loss
+        assert all(t.train_flops_per_image for t in trials)
+    assert {r.preset for r in llm} == {"llm", "llm-kjv"}
+    official = [r for r in llm if r.division == "official"]
+    assert official and all(r.audit == Result.Audit.DEMO for r in official)
 
 
 def test_running_again_replaces_demo_data_and_keeps_real_data():
@@ -98,8 +127,8 @@ def test_the_demo_official_results_are_what_their_reports_say(demo_data):
 def test_the_demo_editions_rank_each_system_once(demo_data):
     demo_data(120)
     for edition in Edition.objects.exclude(frozen_at=None):
-        ranked = list(edition.entries.exclude(rank=None).values_list("result__system_id", "division"))
-        assert len(ranked) == len(set(ranked)), edition.name  # one rank per system and division
+        ranked = list(edition.entries.exclude(rank=None).values_list("result__system_id", "division", "result__rules"))
+        assert len(ranked) == len(set(ranked)), edition.name  # one rank per system, division and list
         assert edition.entries.filter(rank=None).exclude(rank_all=None).count() == \
             edition.entries.count() - len(ranked)
 

@@ -1,6 +1,7 @@
 """Fill a development database with generated results (devdata/demo.py, in a development checkout).
 
-    manage.py aiperf_demo_data --results 500          replace the demo data with 500 generated results
+    manage.py aiperf_demo_data --results 500          replace the demo data with 500 generated results (and 50
+                                                      AIPerf-LLM ones: --llm-results)
     manage.py aiperf_demo_data --clear                remove the demo data only
     manage.py aiperf_demo_data --results 10000 --force   also when DEBUG is off (a throwaway database)
 
@@ -34,6 +35,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--results", type=int, default=200, help="how many results to generate (default 200)")
+        parser.add_argument("--llm-results", type=int, default=None,
+                            help="how many AIPerf-LLM results to add (default: a tenth of --results, at most 50)")
         parser.add_argument("--seed", type=int, default=1, help="random seed (the same seed gives the same data)")
         parser.add_argument("--clear", action="store_true", help="only remove the demo data")
         parser.add_argument("--force", action="store_true", help="run even when DEBUG is off")
@@ -50,6 +53,8 @@ class Command(BaseCommand):
             return
         if opts["results"] < 1:
             raise CommandError("--results must be at least 1")
-        s = demo.generate(opts["results"], seed=opts["seed"])
-        self.stdout.write(f"demo data: {s.results} results, {s.trials} trials, {s.systems} systems, {s.sites} sites, "
+        if opts["llm_results"] is not None and opts["llm_results"] < 0:
+            raise CommandError("--llm-results must be at least 0")
+        s = demo.generate(opts["results"], seed=opts["seed"], llm_results=opts["llm_results"])
+        self.stdout.write(f"demo data: {s.results} results ({s.llm_results} of them AIPerf-LLM), {s.trials} trials, {s.systems} systems, {s.sites} sites, "
                           f"{s.editions} editions in {s.seconds:.1f} s")
