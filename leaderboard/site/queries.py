@@ -38,6 +38,7 @@ class ListFigures(TypedDict):
 
 class EditionFigures(TypedDict):
     n: int
+    llm: int
     results: int
     top: float | None
     total: float | None
@@ -327,20 +328,44 @@ def ranked_list(p: ListParams, *, with_options: bool = True) -> ListView:
 # ---- other pages ---------------------------------------------------------------------------------
 
 def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
-    """The frozen editions with their systems (each system's best entry, as the edition's page lists them),
-    results, top score and total (of the systems' best: a system's repeat runs do not count twice)."""
-    best = Q(entries__rank__isnull=False)
-    return list(frozen_editions().annotate(n=Count("entries", filter=best), results=Count("entries"),
-                                           top=Max("entries__score_ops"),
-                                           total=Sum("entries__score_ops", filter=best)).order_by("-name"))
+    """The frozen editions with the AIPerf list's systems (each system's best entry, as the edition's page lists
+    them), top score and total (of the systems' best: a system's repeat runs do not count twice), the AIPerf-LLM
+    list's systems (`llm`: its FLOPs are counted by other rules, so never added in) and all results."""
+    best = Q(entries__rank__isnull=False, entries__result__workload="image")
+    return list(frozen_editions().annotate(
+        n=Count("entries", filter=best), results=Count("entries"),
+        llm=Count("entries", filter=Q(entries__rank__isnull=False, entries__result__workload="llm")),
+        top=Max("entries__score_ops", filter=Q(entries__result__workload="image")),
+        total=Sum("entries__score_ops", filter=best)).order_by("-name"))
 
 
-def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
+def _best_of_each_system(qs: QuerySet[Any], *group: str) -> QuerySet[Any]:
+    """`qs` (ranked entries) narrowed to each system's best within `group` (e.g. each edition): a system ranked in
+    both divisions counts once, by its higher score, where the statistics take no division."""
+    best: dict[tuple[Any, ...], tuple[float, int]] = {}
+    system = "result__system_id" if qs.model is EditionEntry else "system_id"
+    for pk, score, *key in qs.order_by().values_list("pk", "score_ops", system, *group):
+        if tuple(key) not in best or score > best[tuple(key)][0]:
+            best[tuple(key)] = (score, pk)
+    return qs.filter(pk__in=[pk for _, pk in best.values()])
+
+
+def _live_entries(division: str, workload: str) -> QuerySet[Result]:
+    """Each system's best live result on one list (AIPerf or AIPerf-LLM: their FLOPs are counted by other rules
+    and never summed together), in `division` or, with none, each system's best of either division."""
+    qs = Result.objects.listed().filter(rank__isnull=False, workload=workload)  # the stored ranks say "live"
+    return qs.filter(division=division) if division else _best_of_each_system(qs)
+
+
+def _edition_entries(division: str, workload: str) -> QuerySet[EditionEntry]:
+    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False, result__workload=workload)
+    return qs.filter(division=division) if division else _best_of_each_system(qs, "edition_id")
+
+
+def shares(division: str = "", workload: str = "image") -> dict[str, list[dict[str, Any]]]:
     """Share of the live list by accelerator vendor, country and accelerator model (systems and score: each
     system's best result)."""
-    qs = Result.objects.listed().filter(rank__isnull=False)  # the stored ranks say "live": no join
-    if division:
-        qs = qs.filter(division=division)
+    qs = _live_entries(division, workload)
     out = {}
     for key, column in (("vendor", "system__vendor"), ("country", "site__country"),
                         ("accelerator", "system__accelerator_model")):
@@ -351,31 +376,22 @@ def shares(division: str = "") -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def editions_over_time(division: str = "") -> list[dict[str, Any]]:
+def editions_over_time(division: str = "", workload: str = "image") -> list[dict[str, Any]]:
     """Per frozen edition: systems, total and top score of each system's best entry (oldest first)."""
-    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False)
-    if division:
-        qs = qs.filter(division=division)
-    rows = (qs.order_by().values("edition__name").annotate(n=Count("pk"), total=Sum("score_ops"),
-                                                          top=Max("score_ops")).order_by("edition__name"))
+    rows = (_edition_entries(division, workload).order_by().values("edition__name")
+            .annotate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops")).order_by("edition__name"))
     return [{"name": r["edition__name"], "n": r["n"], "total": r["total"], "top": r["top"]} for r in rows]
 
 
-def vendor_share_over_editions(division: str = "") -> list[dict[str, Any]]:
-    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False)
-    if division:
-        qs = qs.filter(division=division)
-    rows = (qs.order_by().values("edition__name", "result__system__vendor").annotate(n=Count("pk"))
-            .order_by("edition__name", "result__system__vendor"))
+def vendor_share_over_editions(division: str = "", workload: str = "image") -> list[dict[str, Any]]:
+    rows = (_edition_entries(division, workload).order_by().values("edition__name", "result__system__vendor")
+            .annotate(n=Count("pk")).order_by("edition__name", "result__system__vendor"))
     return [{"edition": r["edition__name"], "vendor": r["result__system__vendor"] or "unknown", "n": r["n"]}
             for r in rows]
 
 
-def live_summary(division: str = "") -> dict[str, Any]:
-    qs = Result.objects.listed().filter(rank__isnull=False)  # each system's best: the stored ranks say "live"
-    if division:
-        qs = qs.filter(division=division)
-    agg = qs.aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
+def live_summary(division: str = "", workload: str = "image") -> dict[str, Any]:
+    agg = _live_entries(division, workload).aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
     return {"name": "live", "n": agg["n"], "total": agg["total"] or 0.0, "top": agg["top"]}
 
 

@@ -286,7 +286,7 @@ def _list_json(request: HttpRequest, view: queries.ListView) -> HttpResponse:
 def editions(request: HttpRequest) -> HttpResponse:
     upcoming = [{"edition": e, "state": e.state(), "open": fmt.date(e.submissions_open),
                  "close": fmt.date(e.submissions_close), "publish": fmt.date(e.publish_at)} for e in queries.calendar()]
-    rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "results": e.results,
+    rows = [{"edition": e, "url": reverse("edition", args=[e.name]), "n": e.n, "results": e.results, "llm": e.llm,
              "top": fmt.ops(e.top),
              "total": fmt.ops(e.total), "frozen": fmt.date(e.frozen_at)} for e in queries.edition_index()]
     return render(request, "site/editions.html", {"rows": rows, "upcoming": upcoming, "nav": "editions"})
@@ -419,11 +419,12 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
 def statistics(request: HttpRequest) -> HttpResponse:
     division = request.GET.get("division", "")
     division = division if division in Division.values else ""
-    shares = queries.shares(division)
-    over = queries.editions_over_time(division)
-    live = queries.live_summary(division)
+    workload = "llm" if request.GET.get("workload") in queries.WORKLOADS else "image"
+    shares = queries.shares(division, workload)
+    over = queries.editions_over_time(division, workload)
+    live = queries.live_summary(division, workload)
     timeline = over + ([live] if live["n"] else [])
-    vendor_editions = queries.vendor_share_over_editions(division)
+    vendor_editions = queries.vendor_share_over_editions(division, workload)
     charts_html = {}
     if shares["vendor"]:
         charts_html["vendor"] = charts.shares(shares["vendor"], "accelerator vendor", "chart-vendor")
@@ -443,14 +444,16 @@ def statistics(request: HttpRequest) -> HttpResponse:
 
     context = {
         "division": division, "divisions": Division.choices, "charts": charts_html, "live": live,
+        "workload": workload, "list_name": "AIPerf-LLM list" if workload == "llm" else "AIPerf list",
         "live_total": fmt.ops(live["total"]), "live_top": fmt.ops(live["top"]),
         "efficiency_rows": [{**r, "median": fmt.percent(r["median"]), "best": fmt.percent(r["best"])}
-                            for r in queries.reference_efficiency(division)],
+                            for r in (queries.reference_efficiency(division) if workload == "image" else [])],
         "vendor_rows": table(shares["vendor"]),
         "country_rows": table(shares["country"], lambda c: f"{fmt.country(c)} ({c})"),
         "accelerator_rows": table(shares["accelerator"]),
         "edition_rows": [{"name": r["name"], "n": r["n"], "total": fmt.ops(r["total"]), "top": fmt.ops(r["top"]),
-                          "url": reverse("edition", args=[r["name"]]) if r["name"] != "live" else reverse("home")}
+                          "url": (reverse("edition", args=[r["name"]]) if r["name"] != "live" else reverse("home"))
+                          + ("?workload=llm" if workload == "llm" else "")}
                          for r in timeline],
         "nav": "statistics",
     }

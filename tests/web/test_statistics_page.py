@@ -3,24 +3,56 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
-from django.db.models import Count
 
-from leaderboard.models import Result
+from leaderboard.models import Edition, Result
 
 pytestmark = pytest.mark.django_db
 
 
+def best_of_each_system(results) -> dict[int, Result]:
+    best: dict[int, Result] = {}
+    for r in results:
+        if r.system_id not in best or r.score_ops > best[r.system_id].score_ops:
+            best[r.system_id] = r
+    return best
+
+
 def test_statistics_shows_shares_and_editions(client, demo_data):
-    demo_data(60)
+    demo_data(60, llm_results=6)
     html = client.get("/statistics").content.decode()
     for div in ("chart-vendor", "chart-country", "chart-accelerator", "chart-editions", "chart-vendor-editions"):
         assert f'id="{div}"' in html, div
-    counts = Result.objects.entries().values("system__vendor").annotate(n=Count("pk"))  # each system's best
-    for row in counts:
-        assert f'<th scope="row">{row["system__vendor"]}</th><td class="num">{row["n"]}</td>' in html
+    # each system's best of either division, on the AIPerf list only: a system counts once
+    best = best_of_each_system(Result.objects.entries().filter(workload="image").select_related("system"))
+    vendors = Counter(r.system.vendor for r in best.values())
+    for vendor, n in vendors.items():
+        assert f'<th scope="row">{vendor}</th><td class="num">{n}</td>' in html
+    lead = html.replace("&#x27;", "'")
+    assert f"holds <strong>{len(best)}</strong> systems (each system's best result of either division)" in lead
     assert ">live</a>" in html
+
+
+def test_the_llm_list_has_statistics_of_its_own(client, demo_data):
+    """AIPerf-LLM's FLOPs are counted by other rules: its systems and scores are never added to the AIPerf list's."""
+    from leaderboard.site import format as fmt
+
+    demo_data(60, llm_results=6)
+    llm = best_of_each_system(Result.objects.entries().filter(workload="llm"))
+    html = client.get("/statistics?workload=llm").content.decode().replace("&#x27;", "'")
+    assert "The live AIPerf-LLM list holds" in html and f"<strong>{len(llm)}</strong> system" in html
+    assert f"with <strong>{fmt.ops(sum(r.score_ops for r in llm.values()))}</strong> in all" in html
+    assert '<option value="llm" selected>' in html and "Shown for the AIPerf list only." in html
+
+    index = client.get("/editions/").content.decode()
+    for edition in Edition.objects.exclude(frozen_at=None):
+        ranked = edition.entries.exclude(rank=None)
+        image, llm_n = ranked.filter(result__workload="image").count(), ranked.filter(result__workload="llm").count()
+        row = re.search(rf'<a href="/editions/{edition.name}/">{edition.name}</a>.*?</tr>', index, re.S).group(0)
+        cells = re.findall(r'<td class="num">(?:<a [^>]+>)?([^<]+)', row)
+        assert cells[0] == str(image) and cells[3] == str(llm_n) and cells[4] == str(edition.entries.count()), row
 
 
 def test_statistics_by_division(client, demo_data):
