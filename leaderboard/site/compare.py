@@ -26,13 +26,14 @@ def _ids(raw: list[str]) -> list[int]:
     return ids[:MAX_SYSTEMS]
 
 
-def _column(s: System, editions: list[str]) -> dict[str, Any]:
-    results = list(queries.visible_results().filter(system=s).only(
+def _column(s: System, editions: list[str], workload: str) -> dict[str, Any]:
+    results = list(queries.visible_results().filter(system=s, workload=workload).only(
         "pk", "division", "score_ops", "efficiency", "precision", "rank", "rank_all", "peak_flops"))
     official = [r for r in results if r.division == Division.OFFICIAL]
     pool = official or results
     best = max(pool, key=lambda r: r.score_ops, default=None)
-    ranks = dict(EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False)
+    ranks = dict(EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False,
+                                             result__workload=workload, division=best.division if best else "")
                  .values_list("edition__name", "rank"))
     # The best run's stack alone: one key of its report, not every report of the system.
     software = (Result.objects.filter(pk=best.pk).values_list("report__software", flat=True).first()
@@ -56,11 +57,14 @@ def _column(s: System, editions: list[str]) -> dict[str, Any]:
 @listcache.cached_page("site")
 def compare(request: HttpRequest) -> HttpResponse:
     ids = _ids(request.GET.getlist("systems"))
+    # One list at a time: AIPerf-LLM's FLOPs are counted by other rules, so its runs are compared among themselves.
+    workload = "llm" if request.GET.get("workload") in queries.WORKLOADS else "image"
     systems = {s.pk: s for s in System.objects.select_related("site").filter(pk__in=ids)}
     chosen = [systems[pk] for pk in ids if pk in systems]
     editions = list(queries.frozen_editions().order_by("-frozen_at").values_list("name", flat=True)[:4])
-    columns = [_column(s, editions) for s in chosen]
+    columns = [_column(s, editions, workload) for s in chosen]
     return render(request, "site/compare.html", {
-        "columns": columns, "ids": ",".join(str(s.pk) for s in chosen),
+        "columns": columns, "ids": ",".join(str(s.pk) for s in chosen), "workload": workload,
+        "list_name": fmt.list_label(workload),
         "edition_rows": [{"name": name, "ranks": [c["editions"][i] for c in columns]} for i, name in enumerate(editions)],
         "max": MAX_SYSTEMS, "nav": "list"}, status=200)

@@ -146,6 +146,11 @@ def level_label(level: str) -> str:
     return {"full": "Full", "partial": "Partial"}.get(level, level or "–")
 
 
+def list_label(workload: str) -> str:
+    """The list a result is ranked on: AIPerf (images) or AIPerf-LLM."""
+    return "AIPerf-LLM" if workload == "llm" else "AIPerf"
+
+
 def loss(value: float | None) -> str:
     """A validation loss (AIPerf-LLM), in nats."""
     return "–" if value is None else f"{value:.4f} nats"

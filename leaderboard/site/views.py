@@ -201,21 +201,25 @@ def _previous_cell(previous: dict[tuple[int, str], int] | None, system_id: int, 
 
 
 def _runs_summary(results: list[Result]) -> list[dict[str, Any]]:
-    """Per division: runs, best, median and spread (max / min - 1) of the scores of a system's results."""
+    """Per list and division: runs, best, median and spread (max / min - 1) of the scores of a system's results
+    (AIPerf-LLM's apart: its FLOPs are counted by other rules)."""
     out = []
-    for division in (Division.OFFICIAL, Division.OPEN):
-        scores = [r.score_ops for r in results if r.division == division]
-        if scores:
-            out.append({"division": division, "runs": len(scores), **fmt.runs(scores)})
+    for workload in (Result.Workload.IMAGE, Result.Workload.LLM):
+        for division in (Division.OFFICIAL, Division.OPEN):
+            scores = [r.score_ops for r in results if r.division == division and r.workload == workload]
+            if scores:
+                out.append({"list": fmt.list_label(workload), "division": division, "runs": len(scores),
+                            **fmt.runs(scores)})
     return out
 
 
 def _edition_ranks(s: System) -> list[dict[str, Any]]:
     """The system's rank in each public edition (its best entry there), newest first."""
     rows = (EditionEntry.objects.filter(public_edition_q(), result__system=s, rank__isnull=False)
-            .select_related("edition").order_by("-edition__frozen_at"))
-    return [{"edition": e.edition.name, "division": e.division, "rank": e.rank, "score": fmt.ops(e.score_ops),
-             "result": e.result_id} for e in rows]
+            .select_related("edition", "result").only("edition__name", "result__workload", "division", "rank",
+                                                      "score_ops", "result_id").order_by("-edition__frozen_at"))
+    return [{"edition": e.edition.name, "list": fmt.list_label(e.result.workload), "division": e.division,
+             "rank": e.rank, "score": fmt.ops(e.score_ops), "result": e.result_id} for e in rows]
 
 
 def _older_rules(version: str, admitted: set[str]) -> str:
@@ -301,7 +305,7 @@ def _results_table(results: list[Result]) -> list[dict[str, Any]]:
         "r": r, "url": reverse("result", args=[r.pk]), "rank": r.rank if r.pk in live_ids else None,
         "live": r.pk in live_ids,
         "score": fmt.ops(r.score_ops), "regulated": fmt.ops(r.regulated_score_ops),
-        "accuracy": fmt.percent(r.max_accuracy, 2),
+        "accuracy": fmt.loss(r.best_loss) if r.workload == Result.Workload.LLM else fmt.percent(r.max_accuracy, 2),
         "efficiency": fmt.percent(r.efficiency) if r.efficiency is not None else "–",
         "date": fmt.date(r.published_at or r.verified_at), "duration": fmt.duration(r.duration_s),
         "level_label": fmt.level_label(r.verification_level),
@@ -328,11 +332,15 @@ def system(request: HttpRequest, pk: int) -> HttpResponse:
                    .order_by("verified_at", "pk"))
     table = _results_table(results)
     charts_html = {}
-    if results:
-        charts_html["history"] = charts.score_history(
-            {"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
-             "regulated": r.regulated_score_ops, "label": f"result {r.pk}"} for r in results)
-    family = list(queries.visible_results().filter(site=s.site, system__accelerator_model=s.accelerator_model)
+    for key, workload in (("history", Result.Workload.IMAGE), ("history_llm", Result.Workload.LLM)):
+        of = [r for r in results if r.workload == workload]  # one chart per list: other FLOP rules, other units
+        if of:
+            charts_html[key] = charts.score_history(
+                ({"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
+                  "regulated": r.regulated_score_ops, "label": f"result {r.pk}"} for r in of),
+                "chart-history" if workload == Result.Workload.IMAGE else "chart-history-llm")
+    family = list(queries.visible_results().filter(site=s.site, system__accelerator_model=s.accelerator_model,
+                                                   workload=Result.Workload.IMAGE)
                   .select_related("system").defer("report").order_by("system__nodes", "pk"))
     # Like with like: the official division's results when there are any (open runs use smaller workloads).
     scaling_division = Division.OFFICIAL if any(r.division == Division.OFFICIAL for r in family) else ""
@@ -392,22 +400,28 @@ def site(request: HttpRequest, pk: int) -> HttpResponse:
     st = get_object_or_404(Site.objects.prefetch_related("keys"), pk=pk)
     results = list(queries.visible_results().filter(site=st).select_related("site", "system").defer("report")
                    .order_by("-score_ops", "pk"))
+    live = Q(results__in=Result.objects.live())
     systems = list(System.objects.filter(site=st).annotate(
-        n=Count("results", filter=Q(results__in=Result.objects.live())),
-        best=Max("results__score_ops", filter=Q(results__in=Result.objects.live()))).order_by("accelerator_model",
-                                                                                           "nodes"))
+        n=Count("results", filter=live),
+        best=Max("results__score_ops", filter=live & Q(results__workload=Result.Workload.IMAGE)),
+        best_llm=Max("results__score_ops", filter=live & Q(results__workload=Result.Workload.LLM)))
+        .order_by("accelerator_model", "nodes"))
     charts_html = {}
-    if results:
-        by_date = sorted(results, key=lambda r: (r.published_at or r.verified_at, r.pk))
-        charts_html["history"] = charts.site_history(
-            {"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
-             "regulated": r.regulated_score_ops, "label": f"result {r.pk}", "system_id": r.system_id,
-             "system": fmt.system_label(r.system)}
-            for r in by_date)
+    by_date = sorted(results, key=lambda r: (r.published_at or r.verified_at, r.pk))
+    for key, workload in (("history", Result.Workload.IMAGE), ("history_llm", Result.Workload.LLM)):
+        of = [r for r in by_date if r.workload == workload]  # one chart per list: other FLOP rules, other units
+        if of:
+            charts_html[key] = charts.site_history(
+                ({"date": (r.published_at or r.verified_at).isoformat(), "score": r.score_ops,
+                  "regulated": r.regulated_score_ops, "label": f"result {r.pk}", "system_id": r.system_id,
+                  "system": fmt.system_label(r.system)} for r in of),
+                "chart-site-history" if workload == Result.Workload.IMAGE else "chart-site-history-llm")
     context = {
         "st": st, "country_name": fmt.country(st.country), "table": _results_table(results),
         "systems": [{"s": x, "url": reverse("system-page", args=[x.pk]), "label": fmt.system_label(x), "n": x.n,
-                     "best": fmt.ops(x.best)} for x in systems],
+                     "best": fmt.ops(x.best) if x.best is not None else "–",
+                     "best_llm": fmt.ops(x.best_llm) if x.best_llm is not None else ""} for x in systems],
+        "any_llm": any(x.best_llm is not None for x in systems),
         "keys": list(st.keys.all()), "charts": charts_html, "nav": "list",
     }
     return render(request, "site/site.html", context)
