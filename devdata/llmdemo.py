@@ -48,12 +48,13 @@ def plan_of(system: System, info: dict[str, Any], preset_name: str, rng: random.
     machine = LlmMachine(system.accelerator_model, system.accelerator_count, system.nodes, system.cpu_model,
                          system.cpu_cores, info["peak_device"][precision], system_id=system.pk)
     if preset_name == "llm-kjv":
-        # A byte-level model of a few hundred thousand parameters: a trial is mostly its start-up.
+        # A byte-level model of a few hundred thousand parameters keeps an accelerator a few ten-thousandths busy;
+        # its trials' start-up stays under their training, or the score would climb as models grow (unstable).
         preset = llm_preset("llm-kjv")
         best = min(max(rng.gauss(1.50, 0.04), 1.44), 1.68)
         plan = LlmPlan(preset="llm-kjv", slots=system.accelerator_count, devices_per_slot=1,
                        duration_s=round(rng.uniform(preset.min_duration_s * 2, 1200.0), 1),
-                       efficiency=rng.uniform(0.001, 0.004), overhead_s=rng.uniform(3.0, 8.0), best_loss=best,
+                       efficiency=rng.uniform(0.0003, 0.0008), overhead_s=rng.uniform(2.0, 4.0), best_loss=best,
                        first_loss=best + rng.uniform(0.5, 0.8), precision=precision, seed=rng.getrandbits(32),
                        start=start)
         return plan, machine

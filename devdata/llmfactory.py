@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.spec import SPEC_VERSION
-from aiperf_runner.spec.llmflops import LlmArch, LlmArchError, LlmLayer, train_flops_per_token
+from aiperf_runner.spec.llmflops import LlmArch, LlmArchError, train_flops_per_token
 from aiperf_runner.spec.llmgrowth import apply_growth, llm_arch_hash
 from aiperf_runner.spec.llmrules import RULES, WORKLOAD, LlmPreset, llm_preset
 
@@ -302,4 +302,4 @@ def _write(root: Path, run: dict[str, Any], plan: LlmPlan, lines: list[tuple[flo
         out.events = log.seq
 
 
-__all__ = ["LlmFactoryRun", "LlmLayer", "LlmMachine", "LlmPlan", "dataset_of", "make_llm_run", "run_json"]
+__all__ = ["LlmFactoryRun", "LlmMachine", "LlmPlan", "dataset_of", "make_llm_run", "run_json"]
