@@ -6,6 +6,8 @@ Against PostgreSQL (a throwaway database, dropped at the end) and gunicorn with 
   /                       the ranked list (first page of 100 rows, default sort)
   /results/<id>           the page of the top official result (4 charts, the verification report)
   /api/v1/leaderboard/    the API list (first page)
+  /?workload=llm          AIPerf-LLM's list (the demo's LLM results: a tenth as many, at most 50)
+  /statistics             shares, totals and editions (each system counted once)
 
 Server time is Django's own time per request, read from the `Server-Timing: app;dur=<ms>` header that
 server.timing.ServerTimingMiddleware adds when AIPERF_SERVER_TIMING=1 (first in the middleware stack, so
@@ -134,7 +136,8 @@ def measure(args: argparse.Namespace, env: dict[str, str], tmp: Path, result_id:
                     raise SystemExit(f"gunicorn did not start:\n{gunicorn.stderr.read() if gunicorn.stderr else ''}") from None
                 time.sleep(0.3)
 
-        urls = {"/": "/", "/results/<id>": f"/results/{result_id}", "/api/v1/leaderboard/": "/api/v1/leaderboard/"}
+        urls = {"/": "/", "/results/<id>": f"/results/{result_id}", "/api/v1/leaderboard/": "/api/v1/leaderboard/",
+                "/?workload=llm": "/?workload=llm", "/statistics": "/statistics"}
         for path in urls.values():  # warm both workers (imports, connections, template caches)
             for _ in range(4 * args.workers):
                 urllib.request.urlopen(base + path, timeout=120).read()

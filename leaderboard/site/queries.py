@@ -339,60 +339,55 @@ def edition_index() -> list[WithAnnotations[Edition, EditionFigures]]:
         total=Sum("entries__score_ops", filter=best)).order_by("-name"))
 
 
-def _best_of_each_system(qs: QuerySet[Any], *group: str) -> QuerySet[Any]:
-    """`qs` (ranked entries) narrowed to each system's best within `group` (e.g. each edition): a system ranked in
-    both divisions counts once, by its higher score, where the statistics take no division."""
-    best: dict[tuple[Any, ...], tuple[float, int]] = {}
-    system = "result__system_id" if qs.model is EditionEntry else "system_id"
-    for pk, score, *key in qs.order_by().values_list("pk", "score_ops", system, *group):
-        if tuple(key) not in best or score > best[tuple(key)][0]:
-            best[tuple(key)] = (score, pk)
-    return qs.filter(pk__in=[pk for _, pk in best.values()])
+SHARE_COLUMNS = (("vendor", "system__vendor"), ("country", "site__country"), ("accelerator", "system__accelerator_model"))
 
 
-def _live_entries(division: str, workload: str) -> QuerySet[Result]:
-    """Each system's best live result on one list (AIPerf or AIPerf-LLM: their FLOPs are counted by other rules
-    and never summed together), in `division` or, with none, each system's best of either division."""
-    qs = Result.objects.listed().filter(rank__isnull=False, workload=workload)  # the stored ranks say "live"
-    return qs.filter(division=division) if division else _best_of_each_system(qs)
+def _systems_best(qs: QuerySet[Any], system: str, *facts: str) -> list[tuple[Any, ...]]:
+    """(facts..., best score) of each system in `qs` (ranked entries) and each value of `facts` (a system's own facts,
+    or the edition): one row a system, however many divisions rank it. One GROUP BY."""
+    return list(qs.order_by().values(*facts, system).annotate(best=Max("score_ops")).values_list(*facts, "best"))
 
 
-def _edition_entries(division: str, workload: str) -> QuerySet[EditionEntry]:
-    qs = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False, result__workload=workload)
-    return qs.filter(division=division) if division else _best_of_each_system(qs, "edition_id")
+def _summed(rows: list[tuple[Any, ...]], key: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """{key(row): {n, total, top}} over rows of (facts..., best score)."""
+    out: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        best = row[-1] or 0.0
+        figures = out.setdefault(key(row), {"n": 0, "total": 0.0, "top": None})
+        figures["n"] += 1
+        figures["total"] += best
+        figures["top"] = best if figures["top"] is None else max(figures["top"], best)
+    return list(out.items())
 
 
-def shares(division: str = "", workload: str = "image") -> dict[str, list[dict[str, Any]]]:
-    """Share of the live list by accelerator vendor, country and accelerator model (systems and score: each
-    system's best result)."""
-    qs = _live_entries(division, workload)
-    out = {}
-    for key, column in (("vendor", "system__vendor"), ("country", "site__country"),
-                        ("accelerator", "system__accelerator_model")):
-        rows = (qs.order_by().values(column).annotate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
-                .order_by("-n", column))
-        out[key] = [{"name": r[column] or "unknown", "n": r["n"], "total": r["total"] or 0.0, "top": r["top"]}
-                    for r in rows]
-    return out
+@dataclass
+class Statistics:
+    """The statistics page's figures of one list (AIPerf or AIPerf-LLM: their FLOPs are counted by other rules and
+    never summed together), in one division or both: every count and total is of systems, each by its best."""
+
+    shares: dict[str, list[dict[str, Any]]]
+    live: dict[str, Any]
+    editions: list[dict[str, Any]]
+    vendor_editions: list[dict[str, Any]]
 
 
-def editions_over_time(division: str = "", workload: str = "image") -> list[dict[str, Any]]:
-    """Per frozen edition: systems, total and top score of each system's best entry (oldest first)."""
-    rows = (_edition_entries(division, workload).order_by().values("edition__name")
-            .annotate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops")).order_by("edition__name"))
-    return [{"name": r["edition__name"], "n": r["n"], "total": r["total"], "top": r["top"]} for r in rows]
-
-
-def vendor_share_over_editions(division: str = "", workload: str = "image") -> list[dict[str, Any]]:
-    rows = (_edition_entries(division, workload).order_by().values("edition__name", "result__system__vendor")
-            .annotate(n=Count("pk")).order_by("edition__name", "result__system__vendor"))
-    return [{"edition": r["edition__name"], "vendor": r["result__system__vendor"] or "unknown", "n": r["n"]}
-            for r in rows]
-
-
-def live_summary(division: str = "", workload: str = "image") -> dict[str, Any]:
-    agg = _live_entries(division, workload).aggregate(n=Count("pk"), total=Sum("score_ops"), top=Max("score_ops"))
-    return {"name": "live", "n": agg["n"], "total": agg["total"] or 0.0, "top": agg["top"]}
+def statistics_of(division: str = "", workload: str = "image") -> Statistics:
+    live = Result.objects.listed().filter(rank__isnull=False, workload=workload)  # the stored ranks say "live"
+    frozen = EditionEntry.objects.filter(public_edition_q(), rank__isnull=False, result__workload=workload)
+    if division:
+        live, frozen = live.filter(division=division), frozen.filter(division=division)
+    systems = _systems_best(live, "system_id", *(column for _, column in SHARE_COLUMNS))
+    shares = {}
+    for i, (name, _) in enumerate(SHARE_COLUMNS):
+        rows = [{"name": value or "unknown", **figures} for value, figures in _summed(systems, lambda r, i=i: r[i])]
+        shares[name] = sorted(rows, key=lambda r: (-r["n"], r["name"]))
+    summed = dict(_summed(systems, lambda _r: "live"))
+    entries = _systems_best(frozen, "result__system_id", "edition__name", "result__system__vendor")
+    return Statistics(
+        shares=shares, live={"name": "live", **summed.get("live", {"n": 0, "total": 0.0, "top": None})},
+        editions=[{"name": name, **figures} for name, figures in sorted(_summed(entries, lambda r: r[0]))],
+        vendor_editions=[{"edition": edition, "vendor": vendor or "unknown", "n": figures["n"]} for (edition, vendor),
+                         figures in sorted(_summed(entries, lambda r: (r[0], r[1])), key=lambda kv: (kv[0][0], kv[0][1] or ""))])
 
 
 def reference_efficiency(division: str = "", model: str | None = None) -> list[dict[str, Any]]:

@@ -434,11 +434,9 @@ def statistics(request: HttpRequest) -> HttpResponse:
     division = request.GET.get("division", "")
     division = division if division in Division.values else ""
     workload = "llm" if request.GET.get("workload") in queries.WORKLOADS else "image"
-    shares = queries.shares(division, workload)
-    over = queries.editions_over_time(division, workload)
-    live = queries.live_summary(division, workload)
-    timeline = over + ([live] if live["n"] else [])
-    vendor_editions = queries.vendor_share_over_editions(division, workload)
+    figures = queries.statistics_of(division, workload)
+    shares, live, vendor_editions = figures.shares, figures.live, figures.vendor_editions
+    timeline = figures.editions + ([live] if live["n"] else [])
     charts_html = {}
     if shares["vendor"]:
         charts_html["vendor"] = charts.shares(shares["vendor"], "accelerator vendor", "chart-vendor")
