@@ -104,7 +104,7 @@ def ranked_list(request: HttpRequest, name: str | None = None) -> HttpResponse:
         headers.insert(1, {"key": "previous", "label": "Previous", "href": "", "aria_sort": None, "numeric": True})
     context = {
         "view": view, "params": params, "rows_html": _rows_html(view.rows, admitted, previous, both, llm),
-        "llm": llm,
+        "llm": llm, "llm_official": ", ".join(llmtrust.official_presets(settings.AIPERF_RULES_VERSION or None)),
         "workload_tabs": [{"label": label, "current": params.workload == value,
                            "href": q(workload=value or None, rules=None, version=None, page=None, sort=None)}
                           for value, label in (("", "AIPerf"), ("llm", "AIPerf-LLM"))],

@@ -68,7 +68,7 @@ def shot(page, name: str) -> Path:
 
 @pytest.fixture
 def data(transactional_db, demo_data):
-    return demo_data(60)
+    return demo_data(60, llm_results=6)  # AIPerf-LLM's list too: six runs generated and verified (devdata/llmdemo.py)
 
 
 def scores(page) -> list[float]:
@@ -79,14 +79,14 @@ def test_list_loads_filters_and_sorts(web, data):
     web.goto("/")
     rows = web.locator("#ranked-list tbody tr[data-result]")
     # One division per table: the official one by default, the open one a tab away.
-    assert rows.count() == Result.objects.entries().filter(division="official").count()
+    assert rows.count() == Result.objects.entries().filter(division="official", workload="image").count()
     assert web.locator("td.col-division").count() == 0  # one division per table: the tab says which
     assert "in the official division" in web.inner_text(".listbar .count")
     assert web.locator("h1").inner_text() == "The AIPerf list"
     shot(web, "list")
     web.click(".division-tabs a:has-text('Open')")
     web.wait_for_url(re.compile(r"division=open"))
-    assert rows.count() == Result.objects.entries().filter(division="open").count()
+    assert rows.count() == Result.objects.entries().filter(division="open", workload="image").count()
     assert "in the open division" in web.inner_text(".listbar .count")
     shot(web, "list-open")
 
@@ -95,7 +95,7 @@ def test_list_loads_filters_and_sorts(web, data):
     web.click("button:has-text('Apply filters')")
     web.wait_for_url(re.compile(r"division=official"))
     assert "in the official division" in web.inner_text(".listbar .count")
-    assert rows.count() == Result.objects.entries().filter(division="official").count()
+    assert rows.count() == Result.objects.entries().filter(division="official", workload="image").count()
 
     # sort by a header link: highest score first, then reversed; the filter stays
     web.click("th.col-score a")
@@ -158,18 +158,15 @@ def test_the_list_fits_a_laptops_width(web, data, width):
 
 def test_no_public_page_scrolls_sideways_on_a_phone(web, data):
     """At 400 px the page itself never scrolls sideways: wide tables scroll inside their own region."""
-    from leaderboard import ranking
     from leaderboard.models import Edition
 
-    result = Result.objects.live().order_by("-score_ops").first()
+    result = Result.objects.live().filter(workload="image").order_by("-score_ops").first()
     edition = Edition.objects.filter(frozen_at__isnull=False).first()
     systems = list(System.objects.order_by("pk").values_list("pk", flat=True)[:3])
-    # AIPerf-LLM's list has its own columns (the best loss): three results made LLM ones, as tests/web/test_llm_list.py
-    llm = list(Result.objects.live().exclude(pk=result.pk).order_by("pk").values_list("pk", flat=True)[:3])
-    Result.objects.filter(pk__in=llm).update(workload="llm", rules="llm-v1", best_loss=1.2, division="open")
-    ranking.rerank()
+    llm = Result.objects.live().filter(workload="llm").order_by("-trials_finished").first()  # its own columns
     web.set_viewport_size({"width": 400, "height": 900})
-    paths = ["/", "/?division=open", "/?workload=llm&division=open",
+    paths = ["/", "/?division=open", "/?workload=llm", "/?workload=llm&division=open", f"/results/{llm.pk}",
+             f"/systems/{llm.system_id}", "/statistics?workload=llm",
              "/editions/", f"/editions/{edition.name}/", "/statistics", "/methodology",
              "/changes", "/apply", f"/results/{result.pk}", f"/systems/{result.system_id}",
              f"/sites/{result.site_id}", f"/compare?systems={','.join(map(str, systems))}", "/my-site/"]
@@ -184,7 +181,7 @@ def test_no_public_page_scrolls_sideways_on_a_phone(web, data):
 
 
 def test_result_page_charts_render(web, data):
-    r = Result.objects.live().order_by("-trials_finished").first()
+    r = Result.objects.live().filter(workload="image").order_by("-trials_finished").first()
     web.goto(f"/results/{r.pk}")
     for chart in ("chart-score", "chart-accuracy", "chart-timeline", "chart-architectures"):
         web.wait_for_selector(f"#{chart} .main-svg", timeout=20_000)
@@ -201,9 +198,10 @@ def test_result_page_charts_render(web, data):
 
 def test_system_page_shows_the_scaling_chart(web, data):
     candidates = [s for s in System.objects.order_by("-nodes")
-                  if Result.objects.live().filter(site=s.site, system__accelerator_model=s.accelerator_model)
-                  .values("system__nodes").distinct().count() > 1 and Result.objects.live().filter(system=s).exists()]
-    s = candidates[0] if candidates else Result.objects.live().first().system
+                  if Result.objects.live().filter(site=s.site, system__accelerator_model=s.accelerator_model,
+                                                  workload="image").values("system__nodes").distinct().count() > 1
+                  and Result.objects.live().filter(system=s, workload="image").exists()]
+    s = candidates[0] if candidates else Result.objects.live().filter(workload="image").first().system
     web.goto(f"/systems/{s.pk}")
     web.wait_for_selector("#chart-scaling .main-svg", timeout=20_000)
     legend = web.locator("#chart-scaling .legend").text_content()
@@ -211,6 +209,26 @@ def test_system_page_shows_the_scaling_chart(web, data):
     assert web.locator("#chart-scaling .scatterlayer .trace").count() >= 2
     web.wait_for_selector("#chart-history .main-svg")
     shot(web, "system")
+    assert not web.errors, web.errors
+
+
+def test_an_llm_result_and_its_systems_page_render(web, data):
+    """An AIPerf-LLM result (a generated run verified by spec.verify): its charts draw the loss, not an accuracy,
+    one point per finished trial; its system's page charts the LLM results apart."""
+    r = Result.objects.live().filter(workload="llm").order_by("-trials_finished").first()
+    web.goto(f"/results/{r.pk}")
+    for chart in ("chart-score", "chart-loss", "chart-timeline", "chart-architectures"):
+        web.wait_for_selector(f"#{chart} .main-svg", timeout=20_000)
+    assert web.locator("#chart-accuracy").count() == 0
+    assert web.evaluate("document.getElementById('chart-score').data[0].y.length") == len(r.series.points)
+    shot(web, "result-llm")
+    web.goto(f"/systems/{r.system_id}")
+    web.wait_for_selector("#chart-history-llm .main-svg", timeout=20_000)
+    shot(web, "system-llm")
+    web.goto("/?workload=llm")
+    assert web.locator("#ranked-list tbody tr[data-result]").count() == \
+        Result.objects.entries().filter(workload="llm", division="official").count() > 0
+    shot(web, "list-llm")
     assert not web.errors, web.errors
 
 
@@ -245,7 +263,7 @@ def test_a_really_verified_result_renders(web, real_result):
 
 def test_compare_apply_and_a_sites_own_page(web, data):
     """A reader compares two systems; a centre applies; a site signs in and sees its submissions."""
-    a, b = Result.objects.entries().filter(division="official").order_by("-score_ops")[:2]
+    a, b = Result.objects.entries().filter(division="official", workload="image").order_by("-score_ops")[:2]
     web.goto(f"/systems/{a.system_id}")
     web.click("a:has-text('Compare this system')")
     web.fill("#f-systems", f"{a.system_id},{b.system_id}")
@@ -295,7 +313,7 @@ def test_a_result_in_each_trust_state_at_1400_and_400_px(web, data):
 
     from leaderboard import pipeline, ranking
 
-    live, audit_pending, in_review, refused, withdrawn = Result.objects.entries().filter(
+    live, audit_pending, in_review, refused, withdrawn = Result.objects.entries().filter(workload="image",
         division="official").order_by("-score_ops")[:5]
     Result.objects.filter(pk=audit_pending.pk).update(audit=Result.Audit.PENDING)
     Result.objects.filter(pk=in_review.pk).update(review=Result.Review.PENDING,

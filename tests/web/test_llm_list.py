@@ -71,3 +71,12 @@ def test_an_llm_result_page_draws_its_loss(client, llm_results):
     assert list(rows[0]) == ["t", "score", "regulated", "best_loss"] and float(rows[-1]["best_loss"]) == r.best_loss
     assert len(rows) == len(ResultSeries.objects.get(result=r).points) > 10  # a point per finished trial
     assert Trial.objects.filter(result=r, best_loss=r.best_loss).exists()
+
+
+def test_the_llm_lists_notes_explain_its_own_score_and_division(client, llm_results):
+    page = client.get("/?workload=llm").content.decode()
+    notes = page[page.index('id="notes-h"'):]
+    assert "every token trained in a finished trial" in notes and "llm-v1" in notes
+    assert "official AIPerf-LLM preset (llm-kjv)" in notes and "ImageNet" not in notes
+    image = client.get("/").content.decode()
+    assert "the ImageNet workload" in image[image.index('id="notes-h"'):]
