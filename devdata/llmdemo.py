@@ -41,9 +41,9 @@ class LlmDemoResult:
     trials: list[dict[str, Any]]
 
 
-def plan_of(system: System, info: dict[str, Any], preset_name: str, rng: random.Random, start: float
-            ) -> tuple[LlmPlan, LlmMachine]:
-    """The run a demo system makes of AIPerf-LLM's preset `preset_name`: its slots, time, efficiency and losses."""
+def plan_of(system: System, info: dict[str, Any], preset_name: str, rng: random.Random) -> tuple[LlmPlan, LlmMachine]:
+    """The run a demo system makes of AIPerf-LLM's preset `preset_name`: its slots, time, efficiency and losses (its
+    start is set by the caller, from the duration)."""
     precision = info["precision"] if info["precision"] in ("bf16", "fp16") else "bf16"
     machine = LlmMachine(system.accelerator_model, system.accelerator_count, system.nodes, system.cpu_model,
                          system.cpu_cores, info["peak_device"][precision], system_id=system.pk)
@@ -55,15 +55,14 @@ def plan_of(system: System, info: dict[str, Any], preset_name: str, rng: random.
         plan = LlmPlan(preset="llm-kjv", slots=system.accelerator_count, devices_per_slot=1,
                        duration_s=round(rng.uniform(preset.min_duration_s * 2, 1200.0), 1),
                        efficiency=rng.uniform(0.0003, 0.0008), overhead_s=rng.uniform(2.0, 4.0), best_loss=best,
-                       first_loss=best + rng.uniform(0.5, 0.8), precision=precision, seed=rng.getrandbits(32),
-                       start=start)
+                       first_loss=best + rng.uniform(0.5, 0.8), precision=precision, seed=rng.getrandbits(32))
         return plan, machine
     best = min(max(rng.gauss(3.75, 0.25), 3.3), 4.4)
     plan = LlmPlan(preset="llm", slots=system.nodes, devices_per_slot=info["per_node"],
                    duration_s=round(rng.uniform(3700.0, 7200.0), 1),
                    efficiency=min(info["eff"] * rng.uniform(1.1, 1.7), 0.55), overhead_s=rng.uniform(15.0, 60.0),
                    best_loss=best, first_loss=best + rng.uniform(1.8, 2.5), precision=precision,
-                   seed=rng.getrandbits(32), start=start, data_digest=f"{rng.getrandbits(256):064x}")
+                   seed=rng.getrandbits(32), data_digest=f"{rng.getrandbits(256):064x}")
     return plan, machine
 
 
@@ -87,7 +86,7 @@ def generate(pairs: list[tuple[System, dict[str, Any]]], keys: dict[int, tuple[S
             verified = max(verified, system.created_at + timedelta(hours=rng.uniform(2, 48)))
             site_key, private = keys[system.site_id]
             run_id = uuid.UUID(int=rng.getrandbits(128)).hex
-            plan, machine = plan_of(system, info, preset_name, rng, 0.0)
+            plan, machine = plan_of(system, info, preset_name, rng)
             started = verified - timedelta(seconds=plan.duration_s + rng.uniform(60, 3600))
             report, run = reports.llm_report(Path(tmp) / f"run{i}", replace(plan, start=started.timestamp()), machine,
                                              private, systems.registration(system) or {}, system.site_id, run_id)

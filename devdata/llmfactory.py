@@ -84,7 +84,6 @@ class _Trial:
     growths: list[dict[str, Any]]
     batch: int
     lineage_tokens: int
-    slot: int = -1
     loss: float | None = None
     ended: float | None = None
 
@@ -125,7 +124,6 @@ class _Search:
 
     def __init__(self, preset: LlmPreset, plan: LlmPlan, device_peak: float, rng: random.Random) -> None:
         self.preset, self.plan, self.device_peak, self.rng = preset, plan, device_peak, rng
-        self.trials: dict[str, _Trial] = {}
         self.seed_flops = train_flops_per_token(preset.seed_arch, RULES).train
         seed_tokens = preset.steps_per_trial * self.median_batch
         # Tokens along a lineage by which the loss has come most of the way down: a tenth of what the longest
@@ -224,10 +222,8 @@ def make_llm_run(path: str | Path, plan: LlmPlan, machine: LlmMachine, witness: 
         if t >= end - 1.0:
             continue
         finished = [x for x in done if x.ended is not None and x.ended <= t]
-        trial = search.propose(f"t{len(search.trials) + 1:04d}", finished)
-        trial.slot = slot
-        search.trials[trial.name] = trial
         out.trials += 1
+        trial = search.propose(f"t{out.trials:04d}", finished)
         hp = {"lr": round(rng.uniform(3e-4, 3e-3), 6), "warmup_steps": rng.randint(0, 100),
               "weight_decay": round(rng.uniform(0.01, 0.3), 4), "batch_tokens": trial.batch}
         line(t, "trial_proposed", trial=trial.name, arch=trial.arch.to_dict(), arch_hash=llm_arch_hash(trial.arch),
