@@ -134,7 +134,7 @@ def test_an_llm_trial_spans_both_nodes_and_a_killed_run_resumes_with_the_same_sl
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
     proc = start_run(two_node, run_dir, "--workload", "llm", "--preset", "llm-smoke", "--nodes-per-slot", "2",
-                     "--duration", "50s")
+                     "--duration", "100s")  # CI, under the stack stream's load, had no trial finished by 50 s
     try:
         wait_until(lambda: any(e["type"] == "trial_finished" for e in read_events(run_dir)), 150,
                    "an LLM trial finished over both nodes", proc, every=0.5)
