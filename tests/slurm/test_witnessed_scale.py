@@ -96,7 +96,9 @@ def test_a_witnessed_128_slot_run_with_slow_job_starts(wide_cluster: Path, stack
           + f"; largest gap between heartbeats {gap:.1f} s (interval {HEARTBEAT_S} s); "
           f"{len(beats)} heartbeats, {sum(e['type'] == 'witness' for e in events)} receipts")
     assert hung == (backend == "slurm")
-    assert gap < 3 * HEARTBEAT_S, gap  # a loop held by the hung sbatch: over HANG_S
+    # A loop held by the hung sbatch leaves a gap of HANG_S or more. A free loop's gaps are 5-7 s here alone; CI,
+    # 128 stand-in trials and the stack stream's tests on 2 cores, saw 16.8 and 17.8 s.
+    assert gap < HANG_S - HEARTBEAT_S, gap
 
     # The verification, not the audit of the stand-in weights (no worker here audits them).
     sub = stack.submit(run_dir, token, config, "--no-wait")
