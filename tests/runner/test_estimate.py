@@ -7,6 +7,7 @@ import json
 from aiperf_runner.cli import app
 from aiperf_runner.spec import estimate, peaks
 from aiperf_runner.spec.flops import flops_per_image
+from aiperf_runner.spec.llmestimate import llm_estimate
 from aiperf_runner.spec.seeds import seed_for_preset
 from typer.testing import CliRunner
 
@@ -89,23 +90,24 @@ def test_cli_takes_the_start_up_and_the_staging_rate() -> None:
     assert slow["staging_s"] == 144e9 / 100e6 and fast["staging_s"] == 1e9 / estimate.STAGE_BYTES_PER_S
 
 
-def test_an_llm_estimate_gives_hours_and_peak_and_says_why_no_range() -> None:
-    from aiperf_runner.spec.llmflops import train_flops_per_token
-    from aiperf_runner.spec.llmrules import llm_preset
-
+def test_an_llm_estimate_from_the_cli() -> None:
+    """The CLI's LLM estimate is spec/llmestimate.py's (tests/runner/test_llm_estimate.py checks its figures);
+    a CPU preset gets the hours and peak with no range; an image preset under --workload llm is refused."""
     cli = CliRunner()
     result = cli.invoke(app, ["estimate", "--workload", "llm", "--accelerator-model", "H100",
-                              "--accelerators-per-node", "8", "--nodes", "4", "--json"])
+                              "--accelerators-per-node", "8", "--nodes", "4", "--startup-s", "30", "--json"])
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
     assert (d["workload"], d["preset"], d["accelerators"], d["node_hours"]) == ("llm", "llm", 32, 8)
-    assert d["peak_flops"] == 32 * peaks.lookup("H100").peak_flops("bf16") and d["score_ops"] is None
-    seed = train_flops_per_token(llm_preset("llm").seed_arch)
-    assert any("no GPU run of the AIPerf-LLM trainer" in a for a in d["assumptions"])
-    assert any(f"{seed.train / 1e9:.3g} GFLOP per token" in a for a in d["assumptions"])
+    assert d["peak_flops"] == 32 * peaks.lookup("H100").peak_flops("bf16")
+    assert d["score_ops"] == llm_estimate(accelerator_model="H100", accelerators_per_node=8, nodes=4,
+                                          duration_s=7200, precision="bf16", preset="llm", startup_s=30)["score_ops"]
+    text = cli.invoke(app, ["estimate", "--workload", "llm", "--accelerator-model", "H100",
+                            "--accelerators-per-node", "8", "--nodes", "4"]).stdout
+    assert "expected score" in text and "--nodes-per-slot 1" in text
     text = cli.invoke(app, ["estimate", "--preset", "llm-kjv", "--accelerator-model", "H100",
                             "--accelerators-per-node", "8", "--nodes", "1"]).stdout
-    assert "preset llm-kjv" in text and "expected score" not in text
+    assert "preset llm-kjv" in text and "expected score" not in text and "preflight --workload llm" in text
     wrong = cli.invoke(app, ["estimate", "--workload", "llm", "--preset", "imagenet", "--accelerator-model", "H100",
                              "--accelerators-per-node", "8", "--nodes", "1"])
     assert wrong.exit_code == 1 and "unknown AIPerf-LLM preset 'imagenet'" in wrong.stderr

@@ -10,6 +10,7 @@ import typer
 from aiperf_runner.cli.options import format_ops, parse_duration
 from aiperf_runner.spec.errors import AiperfError
 from aiperf_runner.spec.estimate import STAGE_BYTES_PER_S, STARTUP_S
+from aiperf_runner.spec.llmestimate import about_minutes
 
 
 def estimate_cmd(
@@ -27,7 +28,8 @@ def estimate_cmd(
                                                                      "its first step (measure with preflight).")
                          ] = STARTUP_S,
     data_gb: Annotated[float | None, typer.Option("--data-gb", min=0, help="The data set's size to stage "
-                                                                          "(default: the preset's).")] = None,
+                                                                          "(default: the preset's; with "
+                                                                          "--workload llm its bound tokens).")] = None,
     stage_mbps: Annotated[float, typer.Option("--stage-mbps", min=1, help="MB/s one node stages at.")] = (
         STAGE_BYTES_PER_S / 1e6),
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
@@ -44,7 +46,8 @@ def estimate_cmd(
         raise AiperfError(f"unknown --workload {workload!r} (expected image or llm)")
     preset = preset or ("llm" if workload == "llm" else "imagenet")
     if workload == "llm" or preset in LLM_PRESETS:
-        llm = _llm_estimate(accelerator_model, accelerators_per_node, nodes, duration, precision, preset)
+        llm = _llm_estimate(accelerator_model, accelerators_per_node, nodes, duration, precision, preset, startup_s,
+                            data_gb, stage_mbps)
         typer.echo(json.dumps(llm, indent=2) if as_json else text(llm))
         return
     try:
@@ -62,27 +65,18 @@ def estimate_cmd(
 
 
 def _llm_estimate(accelerator_model: str, accelerators_per_node: int, nodes: int, duration: str, precision: str,
-                  preset: str) -> dict[str, Any]:
-    """An AIPerf-LLM run's machine, peak and hours; no score range, for want of a measured efficiency."""
-    from aiperf_runner.spec.estimate import machine
-    from aiperf_runner.spec.llmflops import train_flops_per_token
-    from aiperf_runner.spec.llmrules import llm_preset
+                  preset: str, startup_s: float, data_gb: float | None, stage_mbps: float) -> dict[str, Any]:
+    """An AIPerf-LLM run's estimate (spec/llmestimate.py): a score range for the production preset."""
+    from aiperf_runner.spec.llmestimate import llm_estimate
 
     try:
-        p = llm_preset(preset)
-        data = machine(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node, nodes=nodes,
-                       duration_s=parse_duration(duration), precision=precision.lower(), preset=preset)
+        return llm_estimate(accelerator_model=accelerator_model, accelerators_per_node=accelerators_per_node,
+                            nodes=nodes, duration_s=parse_duration(duration), precision=precision.lower(),
+                            preset=preset, startup_s=startup_s,
+                            data_bytes=data_gb * 1e9 if data_gb is not None else None,
+                            stage_bytes_per_s=stage_mbps * 1e6)
     except ValueError as exc:
         raise AiperfError(str(exc)) from None
-    per_token = train_flops_per_token(p.seed_arch)
-    data.update(workload="llm", efficiency=None, score_ops=None, split=None)
-    data["assumptions"] += [
-        "no score range: no GPU run of the AIPerf-LLM trainer has been measured yet; `bench/gpu_trial.py "
-        "--workload llm` prints one node's tokens/s and MFU, and the score is about that MFU x the peak",
-        f"the seed model of {preset} trains {per_token.train / 1e9:.3g} GFLOP per token by the {per_token.rules} "
-        f"rules (its matrix multiplies x 3; PaLM's 6N + attention: {per_token.palm / 1e9:.3g}); the search "
-        f"grows it up to {p.max_layers} blocks"]
-    return data
 
 
 def text(d: dict[str, Any]) -> str:
@@ -104,7 +98,7 @@ def text(d: dict[str, Any]) -> str:
         lines.append(f"trials:         about {d['trials_per_slot'][0]}-{d['trials_per_slot'][1]} a slot, each "
                      f"{d['startup_s']:.0f} s from launch to its first step (not counted)")
     if d.get("staging_s") is not None:
-        lines.append(f"staging:        about {d['staging_s'] / 60:.0f} min before the run (aiperf-runner stage; "
+        lines.append(f"staging:        {about_minutes(d['staging_s'])} before the run (aiperf-runner stage; "
                      "not on the run's clock)")
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in d["assumptions"]]
