@@ -62,6 +62,7 @@ MIDDLEWARE = [
     # ETag on every GET, 304 to a matching If-None-Match; the API's Cache-Control (server/httpcache.py).
     "django.middleware.http.ConditionalGetMiddleware",
     "server.httpcache.ApiCacheControlMiddleware",
+    "server.exportgc.ExportGcPauseMiddleware",  # a whole-list export without the cyclic collector's passes
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
