@@ -1,8 +1,10 @@
-"""The submissions' whole-list export (`?format=csv` / `?format=json`) written from rows of `values()`.
+"""The whole-list exports (`?format=csv` / `?format=json`) of the submissions and of the ranked list (leaderboard,
+results), written from rows of `values()`.
 
-The same rows as SubmissionSerializer writes (tests/web/test_api_export_rows.py holds them equal), without a
-model object per submission, site and result: making 30,000 of them took half of a 10,000-row export's time.
-Each result's standing comes from `standing.Facts` of its row, so the export and the pages judge it alike.
+The same rows as SubmissionSerializer and LeaderboardEntrySerializer write (tests/web/test_api_export_rows.py
+holds them equal), without a model object per row, site, system and result: making 30,000 of them took half of a
+10,000-row export's time. Each result's standing comes from `standing.Facts` of its row, so the export and the
+pages judge it alike.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone as dj_timezone
 
 from leaderboard import standing
-from leaderboard.models import Evidence, Site, StateEvidence, Submission, wanted_state_list
+from leaderboard.models import Evidence, Result, Site, StateEvidence, Submission, System, wanted_state_list
 from leaderboard.standing import Facts
 
 from .serializers import PRIVATE_MESSAGE, _float, _int, _iso, result_page_url
@@ -96,3 +98,39 @@ def _row(row: dict[str, Any], facts: Facts | None, page: standing.PageFacts, sit
         "standing": state.brief() if state else None,
         "not_official_because": standing.not_official_because(facts, state) if facts and objects else [],
     }
+
+
+_ENTRY = ("id", "list_rank", "rank_all", "division", "rules", "review", "site_id", "system_id", "score_ops",
+          "regulated_score_ops", "max_accuracy", "efficiency", "peak_flops", "duration_s", "precision", "preset",
+          "verification_level", "rules_version", "verifier_version", "verified_at", "witnessed", "audit", "workload",
+          "best_loss")
+_ENTRY_RELATED = {f"s_{c}": F(f"site__{c}") for c in ("name", "country")} | {
+    f"y_{c}": F(f"system__{c}") for c in ("name", "vendor", "accelerator_model", "accelerator_count", "nodes",
+                                          "interconnect", "registered", "status")}
+
+
+def leaderboard_rows(queryset: QuerySet[Result], request: Any) -> list[dict[str, Any]]:
+    """Every result of `queryset` (the ranked list, filtered, ordered, with its `list_rank`) as
+    LeaderboardEntrySerializer's row, key for key."""
+    iso = _iso_writer()
+    approved = System.Status.APPROVED
+    return [{
+        "rank": row["list_rank"], "rank_all": _int(row["rank_all"]), "id": row["id"],
+        "url": result_page_url(request, row["id"]), "division": row["division"], "rules": row["rules"],
+        "review": row["review"],
+        "site": {"id": row["site_id"], "name": row["s_name"], "country": row["s_country"]},
+        "system": {"id": row["system_id"], "name": row["y_name"], "vendor": row["y_vendor"],
+                   "accelerator_model": row["y_accelerator_model"], "accelerator_count": row["y_accelerator_count"],
+                   "nodes": row["y_nodes"], "interconnect": row["y_interconnect"]},
+        "score_ops": _float(row["score_ops"]), "regulated_score_ops": _float(row["regulated_score_ops"]),
+        "max_accuracy": _float(row["max_accuracy"]), "efficiency": _float(row["efficiency"]),
+        "peak_flops": _float(row["peak_flops"]), "duration_s": _float(row["duration_s"]),
+        "precision": row["precision"], "preset": row["preset"], "verification_level": row["verification_level"],
+        "rules_version": row["rules_version"], "verifier_version": row["verifier_version"],
+        "verified_at": iso(row["verified_at"]),
+        # Result.trust(), from the row
+        "trust": {"registered": bool(row["y_registered"] and row["y_status"] == approved),
+                  "witnessed": row["witnessed"], "audit": row["audit"] or "none",
+                  "review": row["review"] or "not needed"},
+        "workload": row["workload"], "best_loss": _float(row["best_loss"]),
+    } for row in queryset.values(*_ENTRY, **_ENTRY_RELATED)]

@@ -113,6 +113,12 @@ class RankedResults(viewsets.ReadOnlyModelViewSet):
         # The live list already filters on its rank column (said twice, the planner misjudges the rows).
         return listed if self.every_result() or edition is None else listed.exclude(**{"list_rank": None})
 
+    def list(self, request, *args, **kwargs):
+        if is_export(request) and self.get_serializer_class() is s.LeaderboardEntrySerializer:
+            # The whole list (an export): its rows written from values(), the same rows as a page's.
+            return Response(exports.leaderboard_rows(self.filter_queryset(self.get_queryset()), request))
+        return super().list(request, *args, **kwargs)
+
 
 @extend_schema_view(list=extend_schema(parameters=[EDITION, RULES, ALL, REVIEW, FORMAT]))
 @method_decorator(listcache.cached_page("api"), name="dispatch")  # anonymous reads, dropped on every change

@@ -33,6 +33,30 @@ def test_a_row_written_directly_is_drfs_row(demo_data, params):
         assert {type(v) for v in fast.values()} == {type(v) for v in drf.values()}
 
 
+@pytest.mark.parametrize("params", [{}, {"all": "1"}, {"edition": "newest"}, {"division": "open", "ordering": "-efficiency"},
+                                    {"workload": "llm", "all": "1"}])
+def test_the_ranked_lists_export_is_the_pages_rows(client, demo_data, settings, params):
+    """The whole-list export of the leaderboard and of results (exports.leaderboard_rows, from values()) writes
+    the rows the serializer writes, in the list's order; and the API's ?format=json answers them."""
+    from leaderboard.api import exports
+
+    settings.AIPERF_PAGE_CACHE_S = 0
+    demo_data(40, llm_results=4)
+    if params.get("edition") == "newest":
+        params = {"edition": Edition.objects.public().order_by("-name").values_list("name", flat=True).first()}
+    view = LeaderboardViewSet(request=Request(APIRequestFactory().get("/api/v1/leaderboard/", params)),
+                              format_kwarg=None, action="list", kwargs={})
+    queryset = view.filter_queryset(view.get_queryset())
+    serializer = s.LeaderboardEntrySerializer(context={"request": view.request})
+    rows = exports.leaderboard_rows(queryset, view.request)
+    expected = [serializer.to_representation(result) for result in queryset]
+    assert len(rows) > 3 and rows == expected
+    assert all(list(a) == list(b) and [type(v) for v in a.values()] == [type(v) for v in b.values()]
+               for a, b in zip(rows, expected, strict=True))
+    for url in ("/api/v1/leaderboard/", "/api/v1/results/"):
+        assert client.get(url, {**params, "format": "json"}).json() == rows
+
+
 def test_failed_checks_stored_beside_the_report_are_the_reports(client, demo_data, settings):
     """`not_official_because` of the submissions' list reads the failed checks each Result keeps beside its report
     (Result.failed_checks, set by save() and by the demo's bulk insert): the same as reading the whole report."""
