@@ -456,8 +456,7 @@ class Result(models.Model):
         """The trust line of the result (list, result page, downloads, API): its system registered and approved
         by a maintainer, the run witnessed by the service, the audit of its work, a maintainer's review."""
         system = self.system
-        return {"registered": bool(system.registered and system.status == System.Status.APPROVED),
-                "witnessed": self.witnessed, "audit": self.audit or "none", "review": self.review or "not needed"}
+        return trust_line(system.registered, system.status, self.witnessed, self.audit, self.review)
 
     def get_absolute_url(self) -> str:
         return reverse("result", args=[self.pk])
@@ -695,3 +694,9 @@ class Application(models.Model):
 
     def __str__(self) -> str:
         return f"{self.centre} ({self.get_status_display().lower()})"
+
+
+def trust_line(registered: bool, system_status: str, witnessed: bool, audit: str, review: str) -> dict[str, Any]:
+    """Result.trust() of a result's and its system's columns (an export reads them from values())."""
+    return {"registered": bool(registered and system_status == System.Status.APPROVED), "witnessed": witnessed,
+            "audit": audit or "none", "review": review or "not needed"}

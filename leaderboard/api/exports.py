@@ -18,7 +18,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone as dj_timezone
 
 from leaderboard import standing
-from leaderboard.models import Evidence, Result, Site, StateEvidence, Submission, System, wanted_state_list
+from leaderboard.models import Evidence, Result, Site, StateEvidence, Submission, trust_line, wanted_state_list
 from leaderboard.standing import Facts
 
 from .serializers import PRIVATE_MESSAGE, _float, _int, _iso, result_page_url
@@ -113,7 +113,6 @@ def leaderboard_rows(queryset: QuerySet[Result], request: Any) -> list[dict[str,
     """Every result of `queryset` (the ranked list, filtered, ordered, with its `list_rank`) as
     LeaderboardEntrySerializer's row, key for key."""
     iso = _iso_writer()
-    approved = System.Status.APPROVED
     return [{
         "rank": row["list_rank"], "rank_all": _int(row["rank_all"]), "id": row["id"],
         "url": result_page_url(request, row["id"]), "division": row["division"], "rules": row["rules"],
@@ -128,9 +127,6 @@ def leaderboard_rows(queryset: QuerySet[Result], request: Any) -> list[dict[str,
         "precision": row["precision"], "preset": row["preset"], "verification_level": row["verification_level"],
         "rules_version": row["rules_version"], "verifier_version": row["verifier_version"],
         "verified_at": iso(row["verified_at"]),
-        # Result.trust(), from the row
-        "trust": {"registered": bool(row["y_registered"] and row["y_status"] == approved),
-                  "witnessed": row["witnessed"], "audit": row["audit"] or "none",
-                  "review": row["review"] or "not needed"},
+        "trust": trust_line(row["y_registered"], row["y_status"], row["witnessed"], row["audit"], row["review"]),
         "workload": row["workload"], "best_loss": _float(row["best_loss"]),
     } for row in queryset.values(*_ENTRY, **_ENTRY_RELATED)]

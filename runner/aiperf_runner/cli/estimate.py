@@ -9,8 +9,7 @@ import typer
 
 from aiperf_runner.cli.options import format_ops, parse_duration
 from aiperf_runner.spec.errors import AiperfError
-from aiperf_runner.spec.estimate import STAGE_BYTES_PER_S, STARTUP_S
-from aiperf_runner.spec.llmestimate import about_minutes
+from aiperf_runner.spec.estimate import STAGE_BYTES_PER_S, STARTUP_S, about_minutes
 
 
 def estimate_cmd(

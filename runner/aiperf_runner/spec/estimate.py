@@ -156,6 +156,11 @@ def machine(*, accelerator_model: str, accelerators_per_node: int, nodes: int, d
     return out
 
 
+def about_minutes(seconds: float) -> str:
+    """A staging time as the estimate prints it."""
+    return "under a minute" if seconds < 60 else f"about {seconds / 60:.0f} min"
+
+
 def measured_mfu(rate: float, flops_per_unit: float, device_peak: float | None) -> float | None:
     """`preflight`'s model FLOPs utilisation: one device's measured rate (images or tokens a second) x the FLOPs
     the rules count per unit, over that device's peak; None without a peak."""

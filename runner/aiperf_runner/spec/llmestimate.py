@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import peaks
-from .estimate import MIN_TRIALS_PER_SLOT, STAGE_BYTES_PER_S, STARTUP_S, machine
+from .estimate import MIN_TRIALS_PER_SLOT, STAGE_BYTES_PER_S, STARTUP_S, about_minutes, machine
 from .llmflops import train_flops_per_token
 from .llmrules import LlmPreset, llm_preset
 
@@ -58,10 +58,6 @@ LLM_REFERENCES: dict[str, LlmReference] = {
 """Per preset. The seed of `llm` has GPT-2 small's matrix multiplies exactly (its SwiGLU's three matrices of 2,048
 hold what GPT-2's two of 3,072 hold, and the head is untied, as GPT-2's tied head is still a matmul), so the
 reference's tokens carry the seed's llm-v1 FLOPs. llm.c's run is an upper bound for the search's trials."""
-
-
-def about_minutes(seconds: float) -> str:
-    return "under a minute" if seconds < 60 else f"about {seconds / 60:.0f} min"
 
 
 def eval_tokens(preset: LlmPreset) -> int:
