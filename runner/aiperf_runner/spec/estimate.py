@@ -9,6 +9,7 @@ here is a hard-coded score. Torch-free, like all of `spec/`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,17 +104,24 @@ def slot_trials(duration_s: float, epoch_s: float, budgets: tuple[int, ...], sta
     return trials, max(0.0, 1 - lost / duration_s)
 
 
+def nodes_per_slot(nodes: int, trial_s_on: Callable[[int], float], duration_s: float) -> tuple[int, float, float]:
+    """(k, trial_s, trials per slot): the smallest power-of-two k nodes per slot with which a slot finishes
+    MIN_TRIALS_PER_SLOT trials of `trial_s_on(k)` seconds each, or the largest k the machine allows."""
+    k = 1
+    while True:
+        trial_s = trial_s_on(k)
+        trials = duration_s / trial_s
+        if trials >= MIN_TRIALS_PER_SLOT or k * 2 > nodes:
+            return k, trial_s, trials
+        k *= 2
+
+
 def _split(nodes: int, node_flops: float, epoch: float, first_budget: int, duration_s: float,
            startup_s: float = 0.0) -> dict[str, Any]:
     """The smallest power-of-two nodes per slot with which a slot finishes MIN_TRIALS_PER_SLOT
     first-round trials (node_flops: one node's expected FLOP/s; linear DDP scaling assumed)."""
-    k = 1
-    while True:
-        trial_s = startup_s + first_budget * epoch / (k * node_flops)
-        trials = duration_s / trial_s
-        if trials >= MIN_TRIALS_PER_SLOT or k * 2 > nodes:
-            break
-        k *= 2
+    k, trial_s, trials = nodes_per_slot(nodes, lambda k: startup_s + first_budget * epoch / (k * node_flops),
+                                        duration_s)
     one_node_trial_s = startup_s + first_budget * epoch / node_flops
     if k == 1 and trials >= MIN_TRIALS_PER_SLOT:
         reason = (f"one node per slot: a first-round trial ({first_budget} epochs of the seed) takes about "

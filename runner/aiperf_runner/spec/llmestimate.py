@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import peaks
-from .estimate import MIN_TRIALS_PER_SLOT, STAGE_BYTES_PER_S, STARTUP_S, about_minutes, machine
+from .estimate import MIN_TRIALS_PER_SLOT, STAGE_BYTES_PER_S, STARTUP_S, about_minutes, machine, nodes_per_slot
 from .llmflops import train_flops_per_token
 from .llmrules import LlmPreset, llm_preset
 
@@ -74,13 +74,7 @@ def slot_trials(duration_s: float, trial_s: float) -> int:
 def _split(nodes: int, node_rate: float, trial_flops: float, duration_s: float, startup_s: float) -> dict[str, Any]:
     """The smallest power-of-two nodes per slot with which a slot finishes MIN_TRIALS_PER_SLOT trials of the
     seed (node_rate: one node's expected FLOP/s; linear DDP scaling assumed)."""
-    k = 1
-    while True:
-        trial_s = startup_s + trial_flops / (k * node_rate)
-        trials = duration_s / trial_s
-        if trials >= MIN_TRIALS_PER_SLOT or k * 2 > nodes:
-            break
-        k *= 2
+    k, trial_s, trials = nodes_per_slot(nodes, lambda k: startup_s + trial_flops / (k * node_rate), duration_s)
     train_share = 1 - startup_s / trial_s
     if trials >= MIN_TRIALS_PER_SLOT and k == 1:
         reason = (f"one node per slot: a trial of the seed takes about {trial_s / 60:.1f} min on one node "
