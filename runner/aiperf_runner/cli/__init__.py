@@ -3,6 +3,7 @@ the list below, and the one place an `AiperfError` becomes `error: <message>` an
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import typer
@@ -52,8 +53,23 @@ app = typer.Typer(
     cls=AiperfCommands,
 )
 
+
+
+def one_line_summaries(typer_app: typer.Typer) -> None:
+    """Give every command (and every group's) its first help paragraph as one line for the commands' table:
+    typer's rich help keeps a docstring's line breaks there, which cut its cells mid-sentence."""
+    for info in typer_app.registered_commands:
+        if info.short_help is None:
+            text = info.help or inspect.getdoc(info.callback) or ""
+            info.short_help = " ".join(text.split("\n\n")[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
+
+
 for _module in COMMAND_MODULES:
     _module.register(app)
+one_line_summaries(app)
 
 
 def main() -> None:
