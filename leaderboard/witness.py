@@ -61,6 +61,12 @@ def fingerprint() -> str:
     return str(_cache["fingerprint"])
 
 
+def public_key_b64() -> str:
+    """The current witness key's public half, base64 (what `/api/v1/witness/` and a run token's answer give)."""
+    private_key()
+    return base64.b64encode(_cache["public"]).decode()
+
+
 def create_key(*, rotate: bool = False) -> tuple[WitnessKey, bool]:
     """Make the witness key if there is none (or a new one with `rotate`); (its row, whether new)."""
     path = key_file()

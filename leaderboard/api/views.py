@@ -219,7 +219,8 @@ class RunViewSet(viewsets.GenericViewSet):
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response({"run_id": attempt.run_id, "token": witness.token_of(attempt),
                          "heartbeat_interval_s": attempt.heartbeat_interval_s,
-                         "witness": {"fingerprint": witness.fingerprint()}}, status=status.HTTP_201_CREATED)
+                         "witness": {"fingerprint": witness.fingerprint(), "public_key": witness.public_key_b64()}},
+                        status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.HeartbeatSerializer, responses={201: s.ReceiptSerializer, 200: s.ReceiptSerializer,
                                                              403: CheckError, 404: CheckError, 409: CheckError,

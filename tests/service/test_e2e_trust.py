@@ -116,6 +116,14 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> str:
     return out
 
 
+def own_checks(run: Path) -> dict[str, bool]:
+    """`aiperf-runner verify RUN --json` on the site's machine, with no option: {check: passed}."""
+    out = subprocess.run([str(BIN / "aiperf-runner"), "verify", str(run), "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return {c["name"]: c["passed"] for c in json.loads(out.stdout)["checks"]}
+
+
 def checks(stack: Stack, sub: dict[str, Any]) -> dict[str, dict[str, Any]]:
     result = stack.get(f"/api/v1/results/{sub['url'].rstrip('/').rsplit('/', 1)[1]}/")
     return {c["name"]: c for c in result["report"]["checks"]}
@@ -153,6 +161,8 @@ def test_a_witnessed_run_is_official_and_on_the_record(stack, runs):
     assert (system["runs_attempted"], system["runs_submitted"], system["runs_verified"]) == (1, 1, 1)
     receipts = [e for e in lines(run) if e["type"] == "witness"]
     assert len(receipts) >= 8  # a receipt every 5 s over ~50 s, and the final one after run_finished
+    site_view = own_checks(run)  # the site's own verify, by what the run kept of the service's answers
+    assert all(site_view[name] for name in (*WITNESS_CHECKS, "system.registered")), site_view
     assert lines(run)[0]["token"]["statement"]["run_id"] == lines(run)[0]["run_id"]
 
 
@@ -733,6 +743,8 @@ def test_a_witnessed_llm_run_passes_the_witness_on_its_own_list(stack, llm_witne
     got = checks(stack, sub)
     for name in (*WITNESS_CHECKS, "system.registered", "system.facts", "system.peak"):
         assert got[name]["passed"], (name, got[name]["message"])
+    site_view = own_checks(run)
+    assert all(site_view[name] for name in (*WITNESS_CHECKS, "system.registered")), site_view
     board = stack.get("/api/v1/leaderboard/?workload=llm&all=1&format=json")  # both divisions
     [entry] = [e for e in board if e["site"]["name"] == "Language Lab"]
     assert entry["trust"]["registered"] and entry["trust"]["witnessed"], entry

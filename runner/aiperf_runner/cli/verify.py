@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from aiperf_runner.cli.exitcodes import FAILURE, SUCCESS, UsageError
+from aiperf_runner.rundir import recorded
 
 
 def _num(v: Any) -> str:
@@ -30,7 +31,7 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _print_human(report: dict[str, Any]) -> None:
+def _print_human(report: dict[str, Any], judged: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -57,6 +58,8 @@ def _print_human(report: dict[str, Any]) -> None:
     console.print(f"division        {report['division']}   valid {_num(report['valid'])}   "
                   f"stable {_num(report['stable'])}   plausible {_num(report['plausible'])}")
     console.print(f"hardware        {(report.get('system') or {}).get('describe') or '-'}")
+    if judged:
+        console.print(f"records         {judged}")
     table = Table(show_lines=False, header_style="bold")
     table.add_column("check", no_wrap=True)
     table.add_column("result", no_wrap=True)
@@ -89,13 +92,15 @@ def verify(
     system: Annotated[Path | None, typer.Option(
         "--system", metavar="FILE", show_default=False,
         help="The system's registration as JSON (one object of `aiperf-runner system list --json`): the "
-             "hardware and peak the run is judged by. Without it the run's own facts stand in and "
-             "system.registered fails.")] = None,
+             "hardware and peak the run is judged by. Without it, a run directory's own record of its registration "
+             "(run.json, kept by `run --system`) stands in, else the run's own facts and system.registered "
+             "fails.")] = None,
     witness_key: Annotated[list[Path] | None, typer.Option(
         "--witness-key", metavar="FILE", show_default=False,
         help="A public key of the service's witness (a line `aiperf-ed25519 <base64>`, or the base64 alone; "
-             "repeatable: retired keys still verify their receipts). Without it the witness.* checks "
-             "cannot be made.")] = None,
+             "repeatable: retired keys still verify their receipts). Without it, the key the service named with "
+             "a run directory's token (local/witness.json) stands in, else the witness.* checks cannot be "
+             "made.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verification report as JSON.")] = False,
 ) -> None:
     """Verify a run: hash chain, signature and manifest, schema; recompute FLOPs and the score; check the rules.
@@ -140,6 +145,13 @@ def verify(
             raise UsageError(f"--system {system}: {exc}") from None
         if not isinstance(registration, dict):
             raise UsageError(f"--system {system}: expected one JSON object (a registered system)")
+    judged = ""
+    if path.is_dir() and (registration is None or witness_keys is None):
+        # A run directory keeps what the service said at the run's start: judge by it unless told otherwise.
+        kept_system, kept_witness = recorded.judged_against(path)
+        registration = registration if registration is not None else kept_system
+        witness_keys = witness_keys if witness_keys is not None else kept_witness
+        judged = recorded.describe(kept_system if system is None else None, kept_witness if not witness_key else None)
     try:
         report = run_verify(path, pubkey=key, rules=rules, rules_version=rules_version,
                             require_signature=require_signature, system=registration,
@@ -149,7 +161,7 @@ def verify(
     if as_json:
         typer.echo(json.dumps(report, indent=2, allow_nan=False))
     else:
-        _print_human(report)
+        _print_human(report, judged)
     raise typer.Exit(SUCCESS if report["integrity_ok"] else FAILURE)
 
 

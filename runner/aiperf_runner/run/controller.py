@@ -61,7 +61,7 @@ from aiperf_runner.run.state import INTERRUPTED, RunState, TrialState, read_run_
 from aiperf_runner.run.statekeeper import StateKeeper
 from aiperf_runner.run.trialtail import TrialTail
 from aiperf_runner.run.weightkeeper import WeightKeeper, keep_share
-from aiperf_runner.rundir import checkpoints, privacy
+from aiperf_runner.rundir import checkpoints, privacy, recorded
 from aiperf_runner.rundir.config import AUTO_PRECISION, ControllerError, RunConfig, auto_precision
 from aiperf_runner.rundir.lock import lock, unlock
 from aiperf_runner.rundir.timings import LAUNCHED_AT_ENV
@@ -186,6 +186,8 @@ class Controller:
             data_source = startup.record_data_source(config, preset, run_dir, masker)
             system = startup.public_system(config, slots, host, facts, registration, masker)
             token = startup.ask_run_token(config, registration, service)
+            if token is not None:
+                recorded.record_witness(run_dir, token)  # for the site's own verify; the service has its own
             run_json = startup.make_run_json(config, token, public_config, system, peaks, peak_sources, dataset, data_source)
             _write_json(run_dir / "run.json", run_json)
             search, hparams = search_factory(preset, dataset, config.seed)

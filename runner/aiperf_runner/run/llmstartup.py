@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiperf_runner import __version__
 from aiperf_runner.backends.base import Backend, Slot
 from aiperf_runner.run import llmlaunch, llmwitness
-from aiperf_runner.rundir import privacy
+from aiperf_runner.rundir import privacy, recorded
 from aiperf_runner.rundir.privacy import read_private
 from aiperf_runner.spec import SPEC_VERSION
 from aiperf_runner.spec.errors import AiperfError
@@ -96,6 +96,7 @@ def new_run_json(config: LlmRunConfig, preset: LlmPreset, dataset: dict[str, Any
         system.update(id=registration["id"], registration=dict(registration),
                       name=system.get("name") or registration.get("name") or "")
         token = llmwitness.ask(service, registration, run_json)
+        recorded.record_witness(run_dir, token)  # for the site's own verify; the service has its own
         run_json["run_id"] = token["run_id"]
     (run_dir / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True) + "\n")
     return run_json, token

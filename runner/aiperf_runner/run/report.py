@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf_runner.run.state import RunState, read_run_json
+from aiperf_runner.rundir import recorded
 from aiperf_runner.rundir.lock import controller_alive
 from aiperf_runner.spec.llmrules import is_llm
 
@@ -34,8 +35,9 @@ def _verify(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
         from aiperf_runner.spec.verify import verify
     except ImportError as exc:
         return None, f"spec.verify not available: {exc}"
+    system, witness_keys = recorded.judged_against(run_dir)
     try:
-        return verify(run_dir), None
+        return verify(run_dir, system=system, witness_keys=witness_keys), None
     except Exception as exc:  # noqa: BLE001 - a report of a broken run still shows what it can
         return None, f"{type(exc).__name__}: {exc}"
 
@@ -96,6 +98,7 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
     if verified is not None:
         out.update({k: verified.get(k) for k in ("integrity_ok", "valid", "stable", "plausible", "division")})
         out["checks_failed"] = [c.get("name") for c in verified.get("checks", []) if not c.get("passed")]
+        out["judged_against"] = recorded.describe(*recorded.judged_against(run_dir))
     elif verify_error:
         out["verify_error"] = verify_error
     out["_series"] = scored.get("series") or []
@@ -182,6 +185,8 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
         checks = "all checks passed" if not s["checks_failed"] else f"failed: {', '.join(s['checks_failed'])}"
         table.add_row("verification", f"integrity {'ok' if s['integrity_ok'] else 'BROKEN'}; "
                                       f"division {s.get('division')}; {checks}")
+        if s.get("judged_against"):
+            table.add_row("", s["judged_against"])
     elif s.get("verify_error"):
         table.add_row("verification", f"not available: {s['verify_error']}")
     if s.get("rehearsal"):

@@ -193,7 +193,8 @@ def read_hostnames(run_dir: str | Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _write_local(run_dir: str | Path, name: str, data: Any) -> None:
+def write_local(run_dir: str | Path, name: str, data: Any) -> None:
+    """local/<name> as JSON (written whole: a crash leaves the old file or the new one)."""
     directory = local_dir(run_dir)
     directory.mkdir(mode=0o700, exist_ok=True)
     tmp = directory / f".{name}.tmp"
@@ -202,11 +203,11 @@ def _write_local(run_dir: str | Path, name: str, data: Any) -> None:
 
 
 def write_private(run_dir: str | Path, data: Mapping[str, Any]) -> None:
-    _write_local(run_dir, PRIVATE_FILE, dict(data))
+    write_local(run_dir, PRIVATE_FILE, dict(data))
 
 
 def write_hostnames(run_dir: str | Path, names: Mapping[str, str]) -> None:
-    _write_local(run_dir, HOSTNAMES_FILE, dict(names))
+    write_local(run_dir, HOSTNAMES_FILE, dict(names))
 
 
 def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
