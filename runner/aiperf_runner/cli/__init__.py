@@ -54,7 +54,6 @@ app = typer.Typer(
 )
 
 
-
 def one_line_summaries(typer_app: typer.Typer) -> None:
     """Give every command (and every group's) its first help paragraph as one line for the commands' table:
     typer's rich help keeps a docstring's line breaks there, which cut its cells mid-sentence."""

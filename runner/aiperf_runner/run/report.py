@@ -30,12 +30,13 @@ def run_status(state: RunState, run_dir: Path) -> tuple[str, int | None]:
     return ("interrupted" if state.started_at is not None else "starting"), None
 
 
-def _verify(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _verify(run_dir: Path, system: dict[str, Any] | None,
+            witness_keys: dict[str, bytes] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """spec.verify's report of the run, judged against the run's records (rundir/recorded.py), or why there is none."""
     try:
         from aiperf_runner.spec.verify import verify
     except ImportError as exc:
         return None, f"spec.verify not available: {exc}"
-    system, witness_keys = recorded.judged_against(run_dir)
     try:
         return verify(run_dir, system=system, witness_keys=witness_keys), None
     except Exception as exc:  # noqa: BLE001 - a report of a broken run still shows what it can
@@ -61,7 +62,8 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
     status, pid = run_status(state, run_dir)
     now = time.time()
     end = state.finished_at if state.finished else (now if status == "running" else state.last_t)
-    verified, verify_error = _verify(run_dir) if with_verify else (None, None)
+    records = (recorded.registration(run_json), recorded.witness_keys(run_dir)) if with_verify else (None, None)
+    verified, verify_error = _verify(run_dir, *records) if with_verify else (None, None)
     scored = verified or _score_only(run_dir) or {}
     retries = sum(1 for tr in state.trials.values() for a in tr.attempts if a.outcome == "failed")
     out: dict[str, Any] = {
@@ -98,7 +100,7 @@ def summarize(run_dir: str | Path, *, with_verify: bool = True) -> dict[str, Any
     if verified is not None:
         out.update({k: verified.get(k) for k in ("integrity_ok", "valid", "stable", "plausible", "division")})
         out["checks_failed"] = [c.get("name") for c in verified.get("checks", []) if not c.get("passed")]
-        out["judged_against"] = recorded.describe(*recorded.judged_against(run_dir))
+        out["judged_against"] = recorded.describe(*records)
     elif verify_error:
         out["verify_error"] = verify_error
     out["_series"] = scored.get("series") or []
