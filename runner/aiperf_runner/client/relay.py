@@ -110,6 +110,8 @@ class _Forward(BaseHTTPRequestHandler):
         except httpx.HTTPError as exc:
             self._fail(502, f"the relay could not reach the service at {relay.upstream}: {exc}")
             return
+        with relay._count:  # the service has it: counted before the answer goes back, which a client may await
+            relay.forwarded += 1
         try:
             self.send_response(response.status_code, response.reason_phrase)
             for key, value in response.headers.multi_items():
@@ -125,8 +127,6 @@ class _Forward(BaseHTTPRequestHandler):
                 self.wfile.write(body)
         finally:
             response.close()
-        with relay._count:
-            relay.forwarded += 1
 
     def _local(self, location: str) -> str:
         """A Location of the service, as the address the client used for the relay."""
